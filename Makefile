@@ -1,0 +1,23 @@
+# Every command a developer or CI needs. `make test` is what .ci/run calls.
+CARGO ?= cargo
+
+.PHONY: test test-rust demo bench fmt-check
+
+## Runs every test of every language present.
+test: fmt-check test-rust
+
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+test-rust:
+	$(CARGO) test --workspace --all-targets
+	$(CARGO) test --workspace --doc
+
+## The main job: until the simulator lands, the core example.
+demo:
+	$(CARGO) run -p llmgov --example quickstart
+
+## Criterion benchmarks (minutes; not part of `make test`).
+bench:
+	$(CARGO) bench -p llmgov --bench ledger
+	$(CARGO) bench -p llmgov --bench scopes

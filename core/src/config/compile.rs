@@ -1,0 +1,192 @@
+//! Validation of a [`Config`] into the limits the ledger enforces.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Algorithm, Config, LimitConfig};
+use crate::ledger::gcra::GcraParams;
+use crate::ledger::limit::{Limit, Rule};
+use crate::ledger::registry::Template;
+use crate::ledger::ring::MAX_SLOT_COUNT;
+use crate::time::duration_ns;
+use crate::{Dimension, Error, Result};
+
+/// Default permit TTL: ten minutes.
+pub const DEFAULT_PERMIT_TTL: Duration = Duration::from_secs(600);
+const DEFAULT_SLOTS: u32 = 60;
+/// Amounts past this are surely typos, and keep every sum far from overflow.
+const MAX_AMOUNT: u64 = 1 << 53;
+/// Narrower sliding-window slots cost memory without meaning anything to a provider.
+const MIN_SLOT_NS: u64 = 1_000_000;
+
+/// A validated config, ready to build a ledger from.
+#[derive(Debug)]
+pub(crate) struct Compiled {
+    pub configured: Vec<(String, Arc<[Limit]>)>,
+    pub templates: Vec<Template>,
+    pub permit_ttl_ns: u64,
+}
+
+pub(crate) fn compile(config: &Config) -> Result<Compiled> {
+    let global_margin = margin(config.safety_margin, "safety_margin")?.unwrap_or(1.0);
+    let permit_ttl_ns = match &config.permit_ttl {
+        None => duration_ns(DEFAULT_PERMIT_TTL),
+        Some(text) => {
+            let ns = parse_duration("permit_ttl", text)?;
+            if ns < MIN_SLOT_NS {
+                return Err(Error::config("permit_ttl", text, "must be at least 1ms"));
+            }
+            ns
+        }
+    };
+    let mut compiled = Compiled { configured: Vec::new(), templates: Vec::new(), permit_ttl_ns };
+    for (path, scope) in &config.scopes {
+        let field = format!("scopes.{path}");
+        let segments = template_segments(&field, path)?;
+        let scope_margin = margin(scope.safety_margin, &format!("{field}.safety_margin"))?.unwrap_or(global_margin);
+        if scope.limits.is_empty() {
+            return Err(Error::config(format!("{field}.limits"), "[]", "a scope needs at least one limit"));
+        }
+        let limits: Arc<[Limit]> = scope
+            .limits
+            .iter()
+            .enumerate()
+            .map(|(i, limit)| compile_limit(&format!("{field}.limits[{i}]"), limit, scope_margin))
+            .collect::<Result<_>>()?;
+        if segments.iter().any(Option::is_none) {
+            compiled.templates.push(Template { segments, limits });
+        } else {
+            compiled.configured.push((path.clone(), limits));
+        }
+    }
+    Ok(compiled)
+}
+
+fn margin(value: Option<f64>, field: &str) -> Result<Option<f64>> {
+    match value {
+        Some(m) if !(m > 0.0 && m <= 1.0) => Err(Error::config(field, m, "must be in (0, 1]")),
+        other => Ok(other),
+    }
+}
+
+fn parse_duration(field: &str, text: &str) -> Result<u64> {
+    let d = humantime::parse_duration(text)
+        .map_err(|e| Error::config(field, text, format!("not a duration ({e}); write e.g. 1s, 1m, 1d, 500ms")))?;
+    match duration_ns(d) {
+        0 => Err(Error::config(field, text, "must be longer than zero")),
+        ns => Ok(ns),
+    }
+}
+
+/// Splits a configured path; `*` segments (templates) become `None`.
+fn template_segments(field: &str, path: &str) -> Result<Vec<Option<Box<str>>>> {
+    let segments: Vec<&str> = path.split('/').collect();
+    if path.is_empty() || segments.iter().any(|s| s.is_empty()) {
+        return Err(Error::config(field, path, "a scope path needs non-empty segments separated by `/`"));
+    }
+    if let Some(bad) = segments.iter().find(|s| s.contains('*') && **s != "*") {
+        return Err(Error::config(field, path, format!("`*` must be a whole segment, not part of `{bad}`")));
+    }
+    Ok(segments.into_iter().map(|s| (s != "*").then(|| s.into())).collect())
+}
+
+fn compile_limit(field: &str, limit: &LimitConfig, margin: f64) -> Result<Limit> {
+    let at = |name: &str| format!("{field}.{name}");
+    if limit.amount == 0 {
+        return Err(Error::config(at("amount"), 0, "must be at least 1"));
+    }
+    if limit.amount > MAX_AMOUNT {
+        return Err(Error::config(at("amount"), limit.amount, format!("must be at most {MAX_AMOUNT}")));
+    }
+    let amount = scaled(limit.amount, margin, &at("amount"))?;
+    let count_cached_input = match (limit.count_cached_input, limit.dimension) {
+        (Some(v), Dimension::InputTokens | Dimension::Tokens) | (Some(v @ true), _) => v,
+        (None, _) => true,
+        (Some(v), d) => {
+            return Err(Error::config(
+                at("count_cached_input"),
+                v,
+                format!("only input_tokens and tokens count cached input, not {d}"),
+            ))
+        }
+    };
+    let base = Limit {
+        dimension: limit.dimension,
+        rule: Rule::Concurrency { max: amount },
+        count_cached_input,
+        configured_amount: limit.amount,
+        amount,
+        window_ns: None,
+    };
+    if limit.dimension == Dimension::Concurrency {
+        let stray = [
+            ("window", limit.window.clone()),
+            ("algorithm", limit.algorithm.map(|a| format!("{a:?}"))),
+            ("burst", limit.burst.map(|b| b.to_string())),
+            ("slots", limit.slots.map(|s| s.to_string())),
+        ];
+        if let Some((name, Some(value))) = stray.into_iter().find(|(_, v)| v.is_some()) {
+            return Err(Error::config(
+                at(name),
+                value,
+                "concurrency counts requests in flight and takes no window, algorithm, burst or slots",
+            ));
+        }
+        return Ok(base);
+    }
+    let window_text = limit.window.as_deref().ok_or_else(|| {
+        Error::config(at("window"), "", format!("a {} limit needs a window, e.g. \"1m\"", limit.dimension))
+    })?;
+    let window_ns = parse_duration(&at("window"), window_text)?;
+    let rule = match limit.algorithm.unwrap_or(Algorithm::TokenBucket) {
+        Algorithm::TokenBucket => {
+            if let Some(slots) = limit.slots {
+                return Err(Error::config(at("slots"), slots, "only a sliding_window has slots"));
+            }
+            let burst = match limit.burst {
+                None => amount,
+                Some(0) => return Err(Error::config(at("burst"), 0, "must be at least 1")),
+                Some(b) if b > MAX_AMOUNT => {
+                    return Err(Error::config(at("burst"), b, format!("must be at most {MAX_AMOUNT}")))
+                }
+                Some(b) => scaled(b, margin, &at("burst"))?,
+            };
+            Rule::TokenBucket(GcraParams::new(amount, window_ns, burst))
+        }
+        Algorithm::SlidingWindow => {
+            if let Some(burst) = limit.burst {
+                return Err(Error::config(
+                    at("burst"),
+                    burst,
+                    "a sliding_window never exceeds its amount; burst is for token_bucket",
+                ));
+            }
+            if amount > MAX_SLOT_COUNT {
+                return Err(Error::config(
+                    at("amount"),
+                    limit.amount,
+                    format!("a sliding_window holds at most {MAX_SLOT_COUNT}; use token_bucket"),
+                ));
+            }
+            let slots = limit.slots.unwrap_or(DEFAULT_SLOTS.min((window_ns / MIN_SLOT_NS).max(1) as u32));
+            if slots == 0 || window_ns / (slots as u64) < MIN_SLOT_NS {
+                return Err(Error::config(
+                    at("slots"),
+                    slots,
+                    format!("need at least 1 slot, each at least 1ms of the {window_text} window"),
+                ));
+            }
+            // Rounding the slot up only lengthens the window: the safe side.
+            Rule::SlidingWindow { amount, slot_ns: window_ns.div_ceil(slots as u64), slots }
+        }
+    };
+    Ok(Limit { rule, window_ns: Some(window_ns), ..base })
+}
+
+fn scaled(amount: u64, margin: f64, field: &str) -> Result<u64> {
+    let scaled = (amount as f64 * margin).floor() as u64;
+    if scaled == 0 {
+        return Err(Error::config(field, amount, format!("is zero after the safety margin of {margin}")));
+    }
+    Ok(scaled)
+}

@@ -1,0 +1,145 @@
+//! Configuration: what users write (TOML or JSON), and its validation into
+//! the compiled limits the ledger enforces. A config that loads is valid;
+//! the hot path never parses or checks it again.
+
+mod compile;
+mod presets;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Dimension, Error, Result};
+
+pub(crate) use compile::compile;
+pub use presets::PRESETS;
+
+/// A governor's configuration.
+///
+/// ```toml
+/// safety_margin = 0.9
+/// permit_ttl = "10m"
+///
+/// [scopes."openai/gpt-4o"]
+/// limits = [
+///   { dimension = "requests", amount = 500, window = "1m" },
+///   { dimension = "tokens", amount = 30000, window = "1m" },
+/// ]
+///
+/// [scopes."tenants/*"]
+/// limits = [{ dimension = "tokens", amount = 10000, window = "1m", algorithm = "sliding_window" }]
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Fraction of every limit the governor uses, in (0, 1]; a scope's own
+    /// margin overrides it. Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub safety_margin: Option<f64>,
+    /// How long a permit may stay unsettled before it expires, charged as
+    /// estimated, e.g. `"10m"` (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permit_ttl: Option<String>,
+    /// Scopes by path. A path with `*` segments is a template: each concrete
+    /// path it matches becomes a scope of its own on first use.
+    #[serde(default)]
+    pub scopes: BTreeMap<String, ScopeConfig>,
+}
+
+/// The limits of one scope (or of every scope a template makes).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScopeConfig {
+    /// This scope's safety margin, overriding the global one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub safety_margin: Option<f64>,
+    /// The limits; every one applies.
+    #[serde(default)]
+    pub limits: Vec<LimitConfig>,
+}
+
+/// How a windowed limit counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Algorithm {
+    /// Continuous refill of `amount` per `window`, holding up to `burst`.
+    /// After idling it admits a burst and then the refill: up to
+    /// `burst + amount` in the first window. OpenAI enforces this way.
+    TokenBucket,
+    /// Never more than `amount` in any trailing `window`.
+    SlidingWindow,
+}
+
+/// One limit: dimension × amount × window × algorithm.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitConfig {
+    /// What is counted.
+    pub dimension: Dimension,
+    /// How much per window (or, for concurrency, at once). Must be at least 1.
+    pub amount: u64,
+    /// Window length, e.g. `"1s"`, `"1m"`, `"1d"`, `"1h 30m"`. Required for
+    /// every dimension but concurrency, which has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+    /// Default `token_bucket`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<Algorithm>,
+    /// Token bucket only: the most it holds. Default `amount`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+    /// Sliding window only: slots the window is divided into (default 60).
+    /// The window never admits more than `amount` in any trailing window; it
+    /// may refuse up to one slot early.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots: Option<u32>,
+    /// Input and token dimensions: whether cached input tokens count.
+    /// Default true; Anthropic's input limits do not count cache reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count_cached_input: Option<bool>,
+}
+
+impl Config {
+    /// Parses a TOML config. The error names the field and value at fault.
+    pub fn from_toml(text: &str) -> Result<Self> {
+        let value: serde_json::Value = toml::from_str(text).map_err(|e| Error::InvalidConfig {
+            field: "<toml>".into(),
+            value: e.span().map(|s| text[s].to_owned()).unwrap_or_default(),
+            reason: e.message().to_owned(),
+        })?;
+        Self::from_value(value)
+    }
+
+    /// Parses a JSON config. The error names the field and value at fault.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let config = serde_path_to_error::deserialize(&mut de).map_err(path_error)?;
+        de.end().map_err(|e| Error::config("<json>", "", e.to_string()))?;
+        Ok(config)
+    }
+
+    /// Builds a config from an already-parsed JSON value (as the scenario
+    /// files and the bindings hold it).
+    pub fn from_value(value: serde_json::Value) -> Result<Self> {
+        serde_path_to_error::deserialize(value).map_err(path_error)
+    }
+
+    /// A shipped preset by name; see [`PRESETS`].
+    pub fn preset(name: &str) -> Result<Self> {
+        presets::load(name)
+    }
+
+    /// Checks every rule without building a governor.
+    pub fn validate(&self) -> Result<()> {
+        compile(self).map(drop)
+    }
+}
+
+/// Turns a serde error at a path into an error naming the field and the value.
+fn path_error<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> Error {
+    let field = e.path().to_string();
+    let reason = e.inner().to_string();
+    // serde quotes the offending value in backticks: "unknown variant `foo`".
+    let value = reason.split('`').nth(1).unwrap_or_default().to_owned();
+    Error::InvalidConfig { field, value, reason }
+}

@@ -1,0 +1,189 @@
+//! Token bucket as GCRA: the whole state is one theoretical arrival time
+//! (TAT) in nanoseconds, updated by a single compare-and-swap.
+//!
+//! A bucket of `burst` units refilling `amount` per `window` is full when
+//! `tat <= now` and holds `(now + tau - max(tat, now)) / T` units, where
+//! `T = window / amount` is the time one unit takes to refill and
+//! `tau = burst * T`. Reserving `c` units moves the TAT forward by `c * T`
+//! if that keeps it within `now + tau`. Debt moves it further; refunds move
+//! it back, never before `now` (that would be capacity beyond the burst).
+//!
+//! Time is kept in whole nanoseconds and `T` in 32.32 fixed point, rounded
+//! up, so every charge is at least its exact value: a bucket can admit at
+//! most 1 ns of refill beyond the exact rational bound.
+
+use super::atomic::{update, AtomicWord};
+
+/// Fractional bits of the fixed-point unit interval.
+const FRACTION_BITS: u32 = 32;
+
+/// The immutable shape of a token bucket.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GcraParams {
+    /// Nanoseconds one unit takes to refill, in 32.32 fixed point, rounded up.
+    unit_ns_fixed: u128,
+    /// The most the bucket holds.
+    burst: u64,
+    /// `burst` expressed as time: how far the TAT may run ahead of now.
+    tau_ns: u64,
+}
+
+/// Why a reservation was refused: the absolute time at which it would pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryAt(pub u64);
+
+impl GcraParams {
+    /// A bucket refilling `amount` units per `window_ns`, holding at most `burst`.
+    /// All three must be non-zero (the config validates this).
+    pub fn new(amount: u64, window_ns: u64, burst: u64) -> Self {
+        debug_assert!(amount > 0 && window_ns > 0 && burst > 0);
+        let unit_ns_fixed = ((window_ns as u128) << FRACTION_BITS).div_ceil(amount as u128);
+        let mut params = GcraParams { unit_ns_fixed, burst, tau_ns: 0 };
+        // The same rounding as every charge, so a request of exactly `burst` fits.
+        params.tau_ns = params.units_to_ns(burst);
+        params
+    }
+
+    /// The most the bucket holds.
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// Refill time of `units`, rounded up to the nanosecond, saturating.
+    #[inline]
+    pub fn units_to_ns(&self, units: u64) -> u64 {
+        let scaled = (units as u128).saturating_mul(self.unit_ns_fixed);
+        let ns = scaled.div_ceil(1u128 << FRACTION_BITS);
+        ns.min(u64::MAX as u128) as u64
+    }
+
+    /// Units that fit in `ns` of refill, rounded down (tolerating the 1 ns of
+    /// rounding that charges carry, so a just-refunded bucket reads whole).
+    pub fn ns_to_units(&self, ns: i128) -> i64 {
+        let scaled = (ns.saturating_add(1)) << FRACTION_BITS;
+        (scaled.div_euclid(self.unit_ns_fixed as i128)).clamp(i64::MIN as i128, i64::MAX as i128) as i64
+    }
+
+    /// A fresh, full bucket.
+    pub fn new_state<A: AtomicWord>() -> A {
+        A::new(0)
+    }
+
+    /// Reserves `units` at `now`, or returns when the reservation would pass.
+    /// `units` must not exceed the burst (checked by the caller as never-fits).
+    #[inline]
+    pub fn try_reserve<A: AtomicWord>(&self, tat: &A, units: u64, now: u64) -> Result<(), RetryAt> {
+        if units == 0 {
+            return Ok(());
+        }
+        let increment = self.units_to_ns(units);
+        update(tat, |current| {
+            let next = current.max(now).saturating_add(increment);
+            if next - now > self.tau_ns {
+                Err(RetryAt(next - self.tau_ns))
+            } else {
+                Ok(next)
+            }
+        })
+        .map(drop)
+    }
+
+    /// Undoes a reservation of `units` made by [`Self::try_reserve`].
+    #[inline]
+    pub fn rollback<A: AtomicWord>(&self, tat: &A, units: u64) {
+        if units == 0 {
+            return;
+        }
+        let increment = self.units_to_ns(units);
+        let _ = update::<A, ()>(tat, |current| Ok(current.saturating_sub(increment)));
+    }
+
+    /// Moves a charge of `charged` units to `actual` units at `now`: refunds the
+    /// difference (never past a full bucket) or debits the overage, even into debt.
+    #[inline]
+    pub fn adjust<A: AtomicWord>(&self, tat: &A, charged: u64, actual: u64, now: u64) {
+        if charged == actual {
+            return;
+        }
+        let (was, is) = (self.units_to_ns(charged), self.units_to_ns(actual));
+        let _ = update::<A, ()>(tat, |current| {
+            Ok(if is < was {
+                current.saturating_sub(was - is).max(now)
+            } else {
+                current.max(now).saturating_add(is - was)
+            })
+        });
+    }
+
+    /// Units available at `now`; negative while the bucket is in debt.
+    pub fn available<A: AtomicWord>(&self, tat: &A, now: u64) -> i64 {
+        let ahead = tat.load().saturating_sub(now) as i128;
+        self.ns_to_units(self.tau_ns as i128 - ahead)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    const MINUTE: u64 = 60_000_000_000;
+
+    #[test]
+    fn full_bucket_admits_burst_then_refills_continuously() {
+        let p = GcraParams::new(30_000, MINUTE, 30_000);
+        let tat: AtomicU64 = GcraParams::new_state();
+        assert_eq!(p.available(&tat, 0), 30_000);
+        assert!(p.try_reserve(&tat, 30_000, 0).is_ok());
+        assert_eq!(p.available(&tat, 0), 0);
+        let RetryAt(at) = p.try_reserve(&tat, 500, 0).unwrap_err();
+        assert_eq!(at, 1_000_000_000, "500 tokens at 500/s refill in one second");
+        assert!(p.try_reserve(&tat, 500, at - 1).is_err());
+        assert!(p.try_reserve(&tat, 500, at).is_ok());
+    }
+
+    #[test]
+    fn exact_burst_fits_with_inexact_unit_time() {
+        // 7 per 1 s: T = 142857142.857… ns, not a whole number.
+        let p = GcraParams::new(7, 1_000_000_000, 7);
+        let tat: AtomicU64 = GcraParams::new_state();
+        assert!(p.try_reserve(&tat, 7, 5).is_ok());
+        assert_eq!(p.available(&tat, 5), 0);
+        assert_eq!(p.available(&tat, 5 + 1_000_000_000), 7);
+    }
+
+    #[test]
+    fn refund_never_exceeds_burst_and_debt_goes_negative() {
+        let p = GcraParams::new(100, MINUTE, 100);
+        let tat: AtomicU64 = GcraParams::new_state();
+        p.try_reserve(&tat, 60, 0).unwrap();
+        p.adjust(&tat, 60, 10, 0);
+        assert_eq!(p.available(&tat, 0), 90);
+        // Long after the charge has refilled, a refund creates nothing.
+        p.adjust(&tat, 10, 0, 10 * MINUTE);
+        assert_eq!(p.available(&tat, 10 * MINUTE), 100);
+        p.adjust(&tat, 0, 250, 10 * MINUTE);
+        assert_eq!(p.available(&tat, 10 * MINUTE), -150);
+        let RetryAt(at) = p.try_reserve(&tat, 1, 10 * MINUTE).unwrap_err();
+        assert!(at > 11 * MINUTE, "debt delays later admissions");
+    }
+
+    #[test]
+    fn rollback_restores_capacity() {
+        let p = GcraParams::new(10, MINUTE, 10);
+        let tat: AtomicU64 = GcraParams::new_state();
+        p.try_reserve(&tat, 4, 0).unwrap();
+        p.try_reserve(&tat, 6, 0).unwrap();
+        p.rollback(&tat, 6);
+        assert_eq!(p.available(&tat, 0), 6);
+    }
+
+    #[test]
+    fn daily_window_does_not_overflow() {
+        let day = 86_400 * 1_000_000_000u64;
+        let p = GcraParams::new(1, day, 1);
+        let tat: AtomicU64 = GcraParams::new_state();
+        p.try_reserve(&tat, 1, 0).unwrap();
+        assert_eq!(p.try_reserve(&tat, 1, 1).unwrap_err(), RetryAt(day));
+    }
+}

@@ -1,0 +1,142 @@
+//! Permits: the caller's handle on a reservation, and the request that made it.
+
+use smallvec::SmallVec;
+
+use super::registry::{ScopeId, ScopeList};
+use crate::Usage;
+
+/// Where a permit stands. Only a pending permit can be reconciled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermitState {
+    /// Reserved; the request may be in flight.
+    Pending,
+    /// Reconciled with actual usage.
+    Settled,
+    /// Refunded in full: the request was never sent.
+    Cancelled,
+    /// Outlived its TTL unsettled: charged as estimated, concurrency freed.
+    Expired,
+}
+
+impl std::fmt::Display for PermitState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PermitState::Pending => "pending",
+            PermitState::Settled => "settled",
+            PermitState::Cancelled => "cancelled",
+            PermitState::Expired => "expired",
+        })
+    }
+}
+
+/// The scopes a request is charged on: every scope on each of its paths,
+/// each once. Resolve it once with [`crate::Governor::route`] and reuse it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// Sorted and deduplicated: reservations run in this fixed order.
+    pub(crate) scopes: ScopeList,
+}
+
+impl Route {
+    pub(crate) fn from_scopes(mut scopes: ScopeList) -> Self {
+        scopes.sort_unstable();
+        scopes.dedup();
+        Route { scopes }
+    }
+
+    /// The scopes charged, in reservation order.
+    pub fn scopes(&self) -> &[ScopeId] {
+        &self.scopes
+    }
+}
+
+/// What a request asks to reserve.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// Where to charge it.
+    pub route: &'a Route,
+    /// Estimated prompt tokens, and the part of them expected from cache.
+    pub input_tokens: u64,
+    /// Part of `input_tokens` expected to be read from the prompt cache.
+    pub cached_input_tokens: u64,
+    /// Output tokens to reserve (typically the request's `max_tokens`).
+    pub max_output_tokens: u64,
+}
+
+impl<'a> Request<'a> {
+    /// A request on `route` reserving nothing but a request (and a
+    /// concurrency slot); add tokens with the builder methods.
+    pub fn new(route: &'a Route) -> Self {
+        Request { route, input_tokens: 0, cached_input_tokens: 0, max_output_tokens: 0 }
+    }
+
+    /// Sets the estimated prompt tokens.
+    pub fn input_tokens(mut self, n: u64) -> Self {
+        self.input_tokens = n;
+        self
+    }
+
+    /// Sets the part of the prompt expected from cache.
+    pub fn cached_input_tokens(mut self, n: u64) -> Self {
+        self.cached_input_tokens = n;
+        self
+    }
+
+    /// Sets the output tokens to reserve.
+    pub fn max_output_tokens(mut self, n: u64) -> Self {
+        self.max_output_tokens = n;
+        self
+    }
+
+    pub(crate) fn estimate(&self) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens,
+            cached_input_tokens: self.cached_input_tokens,
+            output_tokens: self.max_output_tokens,
+        }
+    }
+}
+
+/// A granted reservation. Settle it with actual usage, or cancel it if the
+/// request was never sent; left alone, it expires after the permit TTL,
+/// charged as estimated. A permit reconciles once.
+#[derive(Debug)]
+pub struct Permit {
+    pub(crate) scopes: SmallVec<[ScopeId; 8]>,
+    /// What is charged so far: the estimate, raised by streamed output beyond it.
+    pub(crate) charged: Usage,
+    /// Output reported by [`crate::Governor::add_output`] so far.
+    pub(crate) streamed_output: u64,
+    pub(crate) acquired_at: u64,
+    pub(crate) expires_at: u64,
+    pub(crate) state: PermitState,
+}
+
+impl Permit {
+    /// Where the permit stands.
+    pub fn state(&self) -> PermitState {
+        self.state
+    }
+
+    /// What is charged so far on its behalf.
+    pub fn charged(&self) -> Usage {
+        self.charged
+    }
+
+    /// When it was granted, in the governor clock's nanoseconds.
+    pub fn acquired_at(&self) -> u64 {
+        self.acquired_at
+    }
+
+    /// When it expires if not reconciled, in the governor clock's nanoseconds:
+    /// after the permit TTL, and within TTL/16 of it.
+    pub fn expires_at(&self) -> u64 {
+        self.expires_at
+    }
+
+    /// The scopes it is charged on.
+    pub fn scopes(&self) -> &[ScopeId] {
+        &self.scopes
+    }
+}

@@ -1,0 +1,138 @@
+//! The scope tree: configured scopes, templates instantiated on first use,
+//! and interning of paths to ids. Reads take no lock.
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use super::limit::{Bucket, Limit};
+use crate::{Error, Result};
+
+/// A scope interned by the governor. Cheap to copy; valid for the governor's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ScopeId(pub(crate) u32);
+
+/// A scope and the state of each of its limits.
+#[derive(Debug)]
+pub(crate) struct Scope {
+    pub path: Arc<str>,
+    /// Shared by every scope instantiated from the same template.
+    pub limits: Arc<[Limit]>,
+    /// `buckets[i]` is the state of `limits[i]`.
+    pub buckets: Box<[Bucket]>,
+}
+
+/// A template path with `*` segments and the limits its scopes get.
+#[derive(Debug)]
+pub(crate) struct Template {
+    /// `None` stands for `*`.
+    pub segments: Vec<Option<Box<str>>>,
+    pub limits: Arc<[Limit]>,
+}
+
+impl Template {
+    fn matches(&self, segments: &[&str]) -> bool {
+        self.segments.len() == segments.len()
+            && self.segments.iter().zip(segments).all(|(t, s)| t.as_deref().map_or(true, |t| t == *s))
+    }
+
+    /// Literal segments, leftmost weighted highest: the most specific
+    /// template wins (`tenants/acme/*` over `tenants/*/*`).
+    fn specificity(&self) -> u64 {
+        self.segments.iter().fold(0, |acc, s| (acc << 1) | s.is_some() as u64)
+    }
+}
+
+/// The registry of scopes.
+#[derive(Debug)]
+pub(crate) struct Registry {
+    by_path: papaya::HashMap<Arc<str>, ScopeId>,
+    scopes: boxcar::Vec<Scope>,
+    templates: Vec<Template>,
+}
+
+/// Scope ids on a route, small enough to live inline for typical depths.
+pub(crate) type ScopeList = SmallVec<[ScopeId; 8]>;
+
+impl Registry {
+    /// A registry of the configured scopes (instantiated now) and templates.
+    pub fn new(configured: Vec<(String, Arc<[Limit]>)>, mut templates: Vec<Template>) -> Self {
+        templates.sort_by_key(|t| std::cmp::Reverse(t.specificity()));
+        let registry = Registry { by_path: papaya::HashMap::new(), scopes: boxcar::Vec::new(), templates };
+        for (path, limits) in configured {
+            registry.instantiate(&path, limits);
+        }
+        registry
+    }
+
+    #[inline]
+    pub fn get(&self, id: ScopeId) -> &Scope {
+        &self.scopes[id.0 as usize]
+    }
+
+    /// Number of scopes instantiated so far.
+    pub fn len(&self) -> usize {
+        self.scopes.count()
+    }
+
+    /// Every scope, in id order.
+    pub fn iter(&self) -> impl Iterator<Item = (ScopeId, &Scope)> {
+        self.scopes.iter().map(|(i, s)| (ScopeId(i as u32), s))
+    }
+
+    /// The id of an existing scope at exactly `path`.
+    pub fn lookup(&self, path: &str) -> Option<ScopeId> {
+        self.by_path.pin().get(path).copied()
+    }
+
+    fn instantiate(&self, path: &str, limits: Arc<[Limit]>) -> ScopeId {
+        let by_path = self.by_path.pin();
+        if let Some(id) = by_path.get(path) {
+            return *id;
+        }
+        let path: Arc<str> = Arc::from(path);
+        let buckets = limits.iter().map(Limit::new_bucket).collect();
+        let index = self.scopes.push(Scope { path: path.clone(), limits, buckets });
+        let id = ScopeId(u32::try_from(index).expect("more than 4 billion scopes"));
+        // Two threads may instantiate the same path at once; the loser's scope
+        // stays unreachable, and both use the winner's id.
+        *by_path.get_or_insert(path, id)
+    }
+
+    /// Every scope on `path`: the configured or template-made scope at each
+    /// prefix, root first. Instantiates template scopes met for the first time.
+    pub fn resolve(&self, path: &str) -> Result<ScopeList> {
+        let segments = split_path(path)?;
+        let mut found = ScopeList::new();
+        let mut end = 0;
+        for (depth, segment) in segments.iter().enumerate() {
+            end += segment.len() + usize::from(depth > 0);
+            let prefix = &path[..end];
+            if let Some(id) = self.lookup(prefix) {
+                found.push(id);
+            } else if let Some(template) = self.templates.iter().find(|t| t.matches(&segments[..=depth])) {
+                found.push(self.instantiate(prefix, template.limits.clone()));
+            }
+        }
+        if found.is_empty() {
+            return Err(Error::UnknownScope { path: path.to_owned() });
+        }
+        Ok(found)
+    }
+}
+
+/// Splits a request path into segments, rejecting empty segments and wildcards.
+pub(crate) fn split_path(path: &str) -> Result<SmallVec<[&str; 8]>> {
+    let invalid = |reason: &str| Error::InvalidPath { path: path.to_owned(), reason: reason.to_owned() };
+    if path.is_empty() {
+        return Err(invalid("path is empty"));
+    }
+    let segments: SmallVec<[&str; 8]> = path.split('/').collect();
+    if segments.iter().any(|s| s.is_empty()) {
+        return Err(invalid("empty segment (leading, trailing or doubled `/`)"));
+    }
+    if segments.iter().any(|s| *s == "*") {
+        return Err(invalid("`*` is for templates in the config; a request names concrete scopes"));
+    }
+    Ok(segments)
+}

@@ -1,0 +1,107 @@
+//! Point-in-time views of the ledger, serializable as JSON.
+
+use serde::Serialize;
+
+use crate::ledger::limit::{Rule, TtlSlots};
+use crate::ledger::registry::Scope;
+use crate::ledger::Ledger;
+use crate::time::NS_PER_MS;
+use crate::Dimension;
+
+/// The whole ledger at one moment.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Snapshot {
+    /// The clock reading the snapshot was taken at, in milliseconds.
+    pub now_ms: u64,
+    /// Requests admitted.
+    pub admitted: u64,
+    /// Requests refused for now (rate limited).
+    pub rate_limited: u64,
+    /// Requests refused because they can never fit.
+    pub never_fits: u64,
+    /// Permits that outlived their TTL unsettled: callers that forgot to
+    /// settle, or crashed.
+    pub expired_permits: u64,
+    /// Every scope instantiated so far, in id order.
+    pub scopes: Vec<ScopeSnapshot>,
+}
+
+/// One scope at one moment.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScopeSnapshot {
+    /// The scope's path.
+    pub path: String,
+    /// Its limits, in config order.
+    pub limits: Vec<LimitSnapshot>,
+}
+
+/// One limit of one scope at one moment.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LimitSnapshot {
+    /// What it counts.
+    pub dimension: Dimension,
+    /// `token_bucket`, `sliding_window` or `concurrency`.
+    pub algorithm: &'static str,
+    /// The amount as configured.
+    pub configured_amount: u64,
+    /// The amount enforced, after the safety margin.
+    pub amount: u64,
+    /// The most it holds at once.
+    pub burst: u64,
+    /// Window length in milliseconds; absent for concurrency.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_ms: Option<u64>,
+    /// What a request could take now; negative while in debt.
+    pub available: i64,
+    /// What is taken: charged and not yet refilled or aged out, or in flight.
+    pub in_use: u64,
+    /// Concurrency only: permits that expired holding a slot here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expired: Option<u64>,
+}
+
+impl ScopeSnapshot {
+    /// The first limit of `dimension`, if the scope has one.
+    pub fn limit(&self, dimension: Dimension) -> Option<&LimitSnapshot> {
+        self.limits.iter().find(|l| l.dimension == dimension)
+    }
+}
+
+pub(crate) fn build(ledger: &Ledger, now: u64) -> Snapshot {
+    let (admitted, rate_limited, never_fits, expired_permits) = ledger.counts(now);
+    Snapshot {
+        now_ms: now / NS_PER_MS,
+        admitted,
+        rate_limited,
+        never_fits,
+        expired_permits,
+        scopes: ledger.registry().iter().map(|(_, s)| scope(s, now, ledger.ttl())).collect(),
+    }
+}
+
+pub(crate) fn scope(scope: &Scope, now: u64, ttl: TtlSlots) -> ScopeSnapshot {
+    let limits = scope
+        .limits
+        .iter()
+        .zip(scope.buckets.iter())
+        .map(|(limit, bucket)| {
+            let (available, in_use) = limit.usage_at(bucket, now, ttl);
+            LimitSnapshot {
+                dimension: limit.dimension,
+                algorithm: match limit.rule {
+                    Rule::TokenBucket(_) => "token_bucket",
+                    Rule::SlidingWindow { .. } => "sliding_window",
+                    Rule::Concurrency { .. } => "concurrency",
+                },
+                configured_amount: limit.configured_amount,
+                amount: limit.amount,
+                burst: limit.burst(),
+                window_ms: limit.window_ns.map(|ns| ns / NS_PER_MS),
+                available,
+                in_use,
+                expired: limit.expired_at(bucket, now, ttl),
+            }
+        })
+        .collect();
+    ScopeSnapshot { path: scope.path.to_string(), limits }
+}
