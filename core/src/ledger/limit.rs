@@ -112,7 +112,7 @@ impl Limit {
                     return Ok(());
                 }
                 let index = now / slot_ns;
-                add_then_check(ring, index, cost, *amount, |_| {})
+                ring.try_reserve(index, cost, *amount, |_| {})
                     .map_err(|()| Some(ring.index_when_at_most(index, amount - cost) * slot_ns))
             }
             (Rule::Concurrency { max }, Bucket::Concurrency(in_flight)) => {
@@ -120,7 +120,7 @@ impl Limit {
                 let count_expired = |evicted| {
                     in_flight.expired.fetch_add(evicted, Ordering::Relaxed);
                 };
-                add_then_check(&in_flight.ring, ttl.index(now), 1, *max, count_expired).map_err(|()| None)
+                in_flight.ring.try_reserve(ttl.index(now), 1, *max, count_expired).map_err(|()| None)
             }
             _ => unreachable!("a bucket is always built from its own limit"),
         }
@@ -142,19 +142,26 @@ impl Limit {
     }
 
     /// Moves a windowed charge made at `acquired_at` from `charged` to `actual`
-    /// at `now`. Refunds go back to the slot they were taken from (if it is
-    /// still in the window); overage is charged now, as debt if need be.
+    /// at `now`: refunds the difference or debits the overage, as debt if
+    /// need be. A sliding window books both in the admission's slot while it
+    /// is in the window; overage after that goes to the current slot.
     #[inline]
     pub fn adjust(&self, bucket: &Bucket, charged: u64, actual: u64, acquired_at: u64, now: u64) {
         match (&self.rule, bucket) {
             (Rule::TokenBucket(p), Bucket::Tat(tat)) => p.adjust(tat, charged, actual, now),
             (Rule::SlidingWindow { slot_ns, .. }, Bucket::Window(ring)) => {
+                // Every change goes to the admission's slot while it is live,
+                // so a later refund finds what streaming or overage added.
+                let (admitted, current) = (acquired_at / slot_ns, now / slot_ns);
                 if actual < charged {
-                    ring.sub(acquired_at / slot_ns, charged - actual);
+                    ring.sub(admitted, charged - actual);
                 } else if actual > charged {
                     // Overage is charged even past the amount: it is debt that
                     // later admissions wait out.
-                    let _ = ring.add(now / slot_ns, actual - charged);
+                    let extra = actual - charged;
+                    if current - admitted > ring.span() || ring.add(admitted, extra) == Added::Behind {
+                        let _ = ring.add(current, extra);
+                    }
                 }
             }
             (Rule::Concurrency { .. }, Bucket::Concurrency(_)) => {}
@@ -198,27 +205,4 @@ impl Limit {
             _ => None,
         }
     }
-}
-
-/// Add-then-check on a ring: adds `cost` at `index`, keeps it if the live sum
-/// stays within `amount`, otherwise takes it back. `on_evict` hears what a
-/// stale entry held when the add reset it.
-#[inline]
-fn add_then_check(
-    ring: &Ring<AtomicU64>,
-    index: u64,
-    cost: u64,
-    amount: u64,
-    on_evict: impl FnOnce(u64),
-) -> Result<(), ()> {
-    match ring.add(index, cost) {
-        Added::Landed { evicted } if evicted > 0 => on_evict(evicted),
-        Added::Landed { .. } => {}
-        Added::Behind => return Err(()),
-    }
-    if ring.live_sum(index) > amount {
-        ring.sub(index, cost);
-        return Err(());
-    }
-    Ok(())
 }

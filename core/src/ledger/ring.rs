@@ -119,6 +119,23 @@ impl<A: AtomicWord> Ring<A> {
         .is_ok()
     }
 
+    /// Add-then-check: adds `cost` at `index` and keeps it if the live sum
+    /// stays within `amount`, otherwise takes it back. `on_evict` hears what
+    /// a stale entry held when the add reset it.
+    #[inline]
+    pub fn try_reserve(&self, index: u64, cost: u64, amount: u64, on_evict: impl FnOnce(u64)) -> Result<(), ()> {
+        match self.add(index, cost) {
+            Added::Landed { evicted } if evicted > 0 => on_evict(evicted),
+            Added::Landed { .. } => {}
+            Added::Behind => return Err(()),
+        }
+        if self.live_sum(index) > amount {
+            self.sub(index, cost);
+            return Err(());
+        }
+        Ok(())
+    }
+
     /// Sum of the slots live at slot `index`, entries from later slots included.
     #[inline]
     pub fn live_sum(&self, index: u64) -> u64 {

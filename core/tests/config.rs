@@ -1,0 +1,117 @@
+//! Bad configs can't be built: every error names the field and the value.
+
+use llmgov::{Config, Error, Governor};
+
+fn invalid(toml: &str) -> (String, String, String) {
+    match Config::from_toml(toml).and_then(|c| c.validate().map(|()| c)) {
+        Err(Error::InvalidConfig { field, value, reason }) => (field, value, reason),
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+}
+
+fn scope(limit: &str) -> String {
+    format!("[scopes.\"openai/gpt-4o\"]\nlimits = [{limit}]\n")
+}
+
+#[test]
+fn unknown_key_is_named() {
+    let (field, value, reason) = invalid(&scope(r#"{ dimension = "tokens", amount = 5, window = "1m", refil = 3 }"#));
+    assert_eq!(field, "scopes.openai/gpt-4o.limits[0].refil");
+    assert_eq!(value, "refil");
+    assert!(reason.contains("unknown field"), "{reason}");
+}
+
+#[test]
+fn zero_amount_is_named() {
+    let (field, value, _) = invalid(&scope(r#"{ dimension = "tokens", amount = 0, window = "1m" }"#));
+    assert_eq!((field.as_str(), value.as_str()), ("scopes.openai/gpt-4o.limits[0].amount", "0"));
+}
+
+#[test]
+fn negative_amount_is_named() {
+    let (field, value, _) = invalid(&scope(r#"{ dimension = "tokens", amount = -5, window = "1m" }"#));
+    assert_eq!((field.as_str(), value.as_str()), ("scopes.openai/gpt-4o.limits[0].amount", "-5"));
+}
+
+#[test]
+fn unknown_dimension_is_named() {
+    let (field, value, reason) = invalid(&scope(r#"{ dimension = "tokenz", amount = 5, window = "1m" }"#));
+    assert_eq!((field.as_str(), value.as_str()), ("scopes.openai/gpt-4o.limits[0].dimension", "tokenz"));
+    assert!(reason.contains("input_tokens"), "lists the known dimensions: {reason}");
+}
+
+#[test]
+fn malformed_duration_is_named() {
+    let (field, value, _) = invalid(&scope(r#"{ dimension = "tokens", amount = 5, window = "5 parsecs" }"#));
+    assert_eq!((field.as_str(), value.as_str()), ("scopes.openai/gpt-4o.limits[0].window", "5 parsecs"));
+    let (field, value, _) = invalid("permit_ttl = \"0s\"\n");
+    assert_eq!((field.as_str(), value.as_str()), ("permit_ttl", "0s"));
+}
+
+#[test]
+fn rule_mismatches_are_named() {
+    let cases = [
+        (r#"{ dimension = "tokens", amount = 5 }"#, "scopes.openai/gpt-4o.limits[0].window"),
+        (r#"{ dimension = "concurrency", amount = 5, window = "1m" }"#, "scopes.openai/gpt-4o.limits[0].window"),
+        (
+            r#"{ dimension = "tokens", amount = 5, window = "1m", algorithm = "sliding_window", burst = 9 }"#,
+            "scopes.openai/gpt-4o.limits[0].burst",
+        ),
+        (r#"{ dimension = "tokens", amount = 5, window = "1m", slots = 9 }"#, "scopes.openai/gpt-4o.limits[0].slots"),
+        (
+            r#"{ dimension = "tokens", amount = 5, window = "10ms", algorithm = "sliding_window", slots = 60 }"#,
+            "scopes.openai/gpt-4o.limits[0].slots",
+        ),
+        (
+            r#"{ dimension = "requests", amount = 5, window = "1m", count_cached_input = false }"#,
+            "scopes.openai/gpt-4o.limits[0].count_cached_input",
+        ),
+    ];
+    for (limit, expected) in cases {
+        assert_eq!(invalid(&scope(limit)).0, expected, "{limit}");
+    }
+}
+
+#[test]
+fn margins_and_paths_are_checked() {
+    assert_eq!(invalid("safety_margin = 1.5\n").0, "safety_margin");
+    let tiny = "safety_margin = 0.1\n".to_owned() + &scope(r#"{ dimension = "requests", amount = 5, window = "1m" }"#);
+    assert_eq!(invalid(&tiny).0, "scopes.openai/gpt-4o.limits[0].amount");
+    let (field, value, _) =
+        invalid("[scopes.\"tenants/a*\"]\nlimits = [{ dimension = \"requests\", amount = 1, window = \"1s\" }]\n");
+    assert_eq!((field.as_str(), value.as_str()), ("scopes.tenants/a*", "tenants/a*"));
+    assert_eq!(
+        invalid("[scopes.\"a//b\"]\nlimits = [{ dimension = \"requests\", amount = 1, window = \"1s\" }]\n").1,
+        "a//b"
+    );
+}
+
+#[test]
+fn json_and_toml_load_the_same_config() {
+    let toml =
+        Config::from_toml(&scope(r#"{ dimension = "tokens", amount = 30000, window = "1m", burst = 5000 }"#)).unwrap();
+    let json = Config::from_json(
+        r#"{"scopes": {"openai/gpt-4o": {"limits": [{"dimension": "tokens", "amount": 30000, "window": "1m", "burst": 5000}]}}}"#,
+    )
+    .unwrap();
+    assert_eq!(toml, json);
+    assert!(Config::from_json(r#"{"scopes": {}} trailing"#).is_err());
+}
+
+#[test]
+fn malformed_toml_says_where() {
+    match Config::from_toml("[scopes.\"x\"\nlimits = 3") {
+        Err(Error::InvalidConfig { field, .. }) => assert_eq!(field, "<toml>"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn request_paths_are_checked() {
+    let gov = Governor::from_preset("openai-gpt-4o-tier1").unwrap();
+    assert_eq!(gov.route(&["openai//gpt-4o"]).unwrap_err().code(), "invalid_path");
+    assert_eq!(gov.route(&["tenants/*"]).unwrap_err().code(), "invalid_path");
+    assert_eq!(gov.route(&["anthropic/claude"]).unwrap_err().code(), "unknown_scope");
+    let empty: [&str; 0] = [];
+    assert_eq!(gov.route(&empty).unwrap_err().code(), "invalid_request");
+}
