@@ -29,12 +29,6 @@ impl Dimension {
             Dimension::Concurrency => "concurrency",
         }
     }
-
-    /// Whether output tokens count on this dimension (and so streamed output
-    /// or an overrun of the reservation must be charged to it).
-    pub(crate) fn counts_output(self) -> bool {
-        matches!(self, Dimension::OutputTokens | Dimension::Tokens)
-    }
 }
 
 impl std::fmt::Display for Dimension {
@@ -76,26 +70,80 @@ impl Usage {
     }
 
     /// Checks that the cached part does not exceed the whole.
+    #[inline]
     pub(crate) fn validate(&self) -> crate::Result<()> {
         if self.cached_input_tokens > self.input_tokens {
-            return Err(crate::Error::InvalidRequest {
-                field: "cached_input_tokens",
-                value: self.cached_input_tokens.to_string(),
-                reason: format!("exceeds input_tokens ({})", self.input_tokens),
-            });
+            return Err(self.cached_exceeds_input());
         }
         Ok(())
     }
 
-    /// What this usage costs on a windowed limit of `dimension`.
-    /// Concurrency is handled by the caller (one slot per request).
-    pub(crate) fn cost(&self, dimension: Dimension, count_cached_input: bool) -> u64 {
-        let input = if count_cached_input { self.input_tokens } else { self.input_tokens - self.cached_input_tokens };
-        match dimension {
-            Dimension::Requests | Dimension::Concurrency => 1,
-            Dimension::InputTokens => input,
-            Dimension::OutputTokens => self.output_tokens,
-            Dimension::Tokens => input.saturating_add(self.output_tokens),
+    #[cold]
+    fn cached_exceeds_input(&self) -> crate::Error {
+        crate::Error::InvalidRequest {
+            field: "cached_input_tokens",
+            value: self.cached_input_tokens.to_string(),
+            reason: format!("exceeds input_tokens ({})", self.input_tokens),
         }
+    }
+}
+
+/// Which of a request's quantities a limit charges: its dimension, and for
+/// input, whether cache reads count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CostKind {
+    /// One per request: the requests and concurrency dimensions.
+    One,
+    Input,
+    UncachedInput,
+    Output,
+    Tokens,
+    UncachedTokens,
+}
+
+impl CostKind {
+    pub fn of(dimension: Dimension, count_cached_input: bool) -> Self {
+        match (dimension, count_cached_input) {
+            (Dimension::Requests | Dimension::Concurrency, _) => CostKind::One,
+            (Dimension::InputTokens, true) => CostKind::Input,
+            (Dimension::InputTokens, false) => CostKind::UncachedInput,
+            (Dimension::OutputTokens, _) => CostKind::Output,
+            (Dimension::Tokens, true) => CostKind::Tokens,
+            (Dimension::Tokens, false) => CostKind::UncachedTokens,
+        }
+    }
+
+    /// Whether output tokens count: streamed output must be charged here.
+    pub fn counts_output(self) -> bool {
+        matches!(self, CostKind::Output | CostKind::Tokens | CostKind::UncachedTokens)
+    }
+}
+
+/// What one usage costs on each [`CostKind`], worked out once per call
+/// instead of once per limit (a route of six scopes has two dozen limits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Costs([u64; 6]);
+
+impl Costs {
+    /// Costs of nothing at all: what a cancelled request is charged.
+    pub const NONE: Costs = Costs([0; 6]);
+
+    #[inline]
+    pub fn of(usage: &Usage) -> Self {
+        let uncached = usage.input_tokens - usage.cached_input_tokens;
+        let out = usage.output_tokens;
+        Costs([
+            1,
+            usage.input_tokens,
+            uncached,
+            out,
+            usage.input_tokens.saturating_add(out),
+            uncached.saturating_add(out),
+        ])
+    }
+
+    #[inline]
+    pub fn get(&self, kind: CostKind) -> u64 {
+        self.0[kind as usize]
     }
 }

@@ -95,7 +95,7 @@ pub(crate) fn scope(scope: &Scope, now: u64, ttl: TtlSlots) -> ScopeSnapshot {
                 },
                 configured_amount: limit.configured_amount,
                 amount: limit.amount,
-                burst: limit.burst(),
+                burst: limit.burst,
                 window_ms: limit.window_ns.map(|ns| ns / NS_PER_MS),
                 available,
                 in_use,

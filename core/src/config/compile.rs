@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Algorithm, Config, LimitConfig};
+use crate::dimension::CostKind;
 use crate::ledger::gcra::GcraParams;
-use crate::ledger::limit::{Limit, Rule};
+use crate::ledger::limit::{Limit, Rule, SlotWidth};
 use crate::ledger::registry::Template;
 use crate::ledger::ring::MAX_SLOT_COUNT;
 use crate::time::duration_ns;
@@ -113,9 +114,10 @@ fn compile_limit(field: &str, limit: &LimitConfig, margin: f64) -> Result<Limit>
     let base = Limit {
         dimension: limit.dimension,
         rule: Rule::Concurrency { max: amount },
-        count_cached_input,
+        cost_kind: CostKind::of(limit.dimension, count_cached_input),
         configured_amount: limit.amount,
         amount,
+        burst: amount,
         window_ns: None,
     };
     if limit.dimension == Dimension::Concurrency {
@@ -177,10 +179,14 @@ fn compile_limit(field: &str, limit: &LimitConfig, margin: f64) -> Result<Limit>
                 ));
             }
             // Rounding the slot up only lengthens the window: the safe side.
-            Rule::SlidingWindow { amount, slot_ns: window_ns.div_ceil(slots as u64), slots }
+            Rule::SlidingWindow { amount, slot: SlotWidth::new(window_ns.div_ceil(slots as u64)), slots }
         }
     };
-    Ok(Limit { rule, window_ns: Some(window_ns), ..base })
+    let burst = match &rule {
+        Rule::TokenBucket(params) => params.burst(),
+        _ => amount,
+    };
+    Ok(Limit { rule, burst, window_ns: Some(window_ns), ..base })
 }
 
 fn scaled(amount: u64, margin: f64, field: &str) -> Result<u64> {

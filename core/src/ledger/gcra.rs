@@ -16,12 +16,16 @@ use super::atomic::{update, AtomicWord};
 
 /// Fractional bits of the fixed-point unit interval.
 const FRACTION_BITS: u32 = 32;
+const FRACTION_MASK: u128 = (1 << FRACTION_BITS) - 1;
 
 /// The immutable shape of a token bucket.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GcraParams {
     /// Nanoseconds one unit takes to refill, in 32.32 fixed point, rounded up.
     unit_ns_fixed: u128,
+    /// Beyond this many units, `units × unit_ns_fixed` would overflow: such
+    /// a charge saturates (checked once here rather than on every multiply).
+    max_exact_units: u64,
     /// The most the bucket holds.
     burst: u64,
     /// `burst` expressed as time: how far the TAT may run ahead of now.
@@ -38,7 +42,8 @@ impl GcraParams {
     pub fn new(amount: u64, window_ns: u64, burst: u64) -> Self {
         debug_assert!(amount > 0 && window_ns > 0 && burst > 0);
         let unit_ns_fixed = ((window_ns as u128) << FRACTION_BITS).div_ceil(amount as u128);
-        let mut params = GcraParams { unit_ns_fixed, burst, tau_ns: 0 };
+        let max_exact_units = ((u128::MAX - FRACTION_MASK) / unit_ns_fixed).min(u64::MAX as u128) as u64;
+        let mut params = GcraParams { unit_ns_fixed, max_exact_units, burst, tau_ns: 0 };
         // The same rounding as every charge, so a request of exactly `burst` fits.
         params.tau_ns = params.units_to_ns(burst);
         params
@@ -52,8 +57,10 @@ impl GcraParams {
     /// Refill time of `units`, rounded up to the nanosecond, saturating.
     #[inline]
     pub fn units_to_ns(&self, units: u64) -> u64 {
-        let scaled = (units as u128).saturating_mul(self.unit_ns_fixed);
-        let ns = scaled.div_ceil(1u128 << FRACTION_BITS);
+        if units > self.max_exact_units {
+            return u64::MAX;
+        }
+        let ns = (units as u128 * self.unit_ns_fixed + FRACTION_MASK) >> FRACTION_BITS;
         ns.min(u64::MAX as u128) as u64
     }
 

@@ -2,17 +2,20 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use strength_reduce::StrengthReducedU64;
+
 use super::gcra::{GcraParams, RetryAt};
 use super::ring::{Added, Ring};
-use crate::{Dimension, Usage};
+use crate::dimension::{CostKind, Costs};
+use crate::Dimension;
 
 /// How a limit enforces its amount.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Rule {
     /// Continuous refill with a burst.
     TokenBucket(GcraParams),
-    /// Never more than `amount` in any trailing window of `slots * slot_ns`.
-    SlidingWindow { amount: u64, slot_ns: u64, slots: u32 },
+    /// Never more than `amount` in any trailing window of `slots` slots.
+    SlidingWindow { amount: u64, slot: SlotWidth, slots: u32 },
     /// Never more than `max` permits in flight.
     Concurrency { max: u64 },
 }
@@ -22,11 +25,14 @@ pub(crate) enum Rule {
 pub(crate) struct Limit {
     pub dimension: Dimension,
     pub rule: Rule,
-    pub count_cached_input: bool,
+    /// Which of a request's quantities this limit charges.
+    pub cost_kind: CostKind,
     /// The amount as configured, before the safety margin.
     pub configured_amount: u64,
     /// The amount enforced, after the safety margin.
     pub amount: u64,
+    /// The most the limit holds at once: a cost above it never fits.
+    pub burst: u64,
     /// Window length; `None` for concurrency.
     pub window_ns: Option<u64>,
 }
@@ -47,11 +53,41 @@ pub(crate) struct InFlight {
     pub expired: AtomicU64,
 }
 
-/// Slot layout shared by every concurrency ring and the permit ring.
+/// The width of a ring's slots, with the division by it precomputed: slot
+/// indices are taken on every reservation, and a hardware divide costs as
+/// much as the rest of a bucket's arithmetic.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SlotWidth {
+    ns: u64,
+    divisor: StrengthReducedU64,
+}
+
+impl SlotWidth {
+    pub fn new(ns: u64) -> Self {
+        SlotWidth { ns, divisor: StrengthReducedU64::new(ns) }
+    }
+    /// The slot `now` falls in.
+    #[inline]
+    pub fn index(&self, now: u64) -> u64 {
+        now / self.divisor
+    }
+    /// When slot `index` starts.
+    pub fn start(&self, index: u64) -> u64 {
+        index.saturating_mul(self.ns)
+    }
+}
+
+impl PartialEq for SlotWidth {
+    fn eq(&self, other: &Self) -> bool {
+        self.ns == other.ns
+    }
+}
+
+/// Slot layout shared by every concurrency ring and the pending-permit books.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TtlSlots {
-    /// Width of one slot: TTL / 16, rounded up.
-    pub slot_ns: u64,
+    /// One slot: TTL / 16, rounded up.
+    slot: SlotWidth,
 }
 
 /// Slots a TTL is divided into: a permit expires between TTL and TTL × 17/16.
@@ -59,18 +95,19 @@ pub(crate) const TTL_SLOTS: u64 = 16;
 
 impl TtlSlots {
     pub fn new(ttl_ns: u64) -> Self {
-        TtlSlots { slot_ns: ttl_ns.div_ceil(TTL_SLOTS).max(1) }
+        TtlSlots { slot: SlotWidth::new(ttl_ns.div_ceil(TTL_SLOTS).max(1)) }
     }
     #[inline]
     pub fn index(&self, now: u64) -> u64 {
-        now / self.slot_ns
+        self.slot.index(now)
     }
     pub fn ring<A: super::atomic::AtomicWord>() -> Ring<A> {
-        Ring::new(TTL_SLOTS as usize + 1)
+        Ring::new(TTL_SLOTS as u32)
     }
-    /// When a permit acquired at `acquired_at` expires.
-    pub fn expires_at(&self, acquired_at: u64) -> u64 {
-        (self.index(acquired_at) + TTL_SLOTS + 1).saturating_mul(self.slot_ns)
+    /// When a permit acquired in slot `index` expires.
+    #[inline]
+    pub fn expires_at(&self, index: u64) -> u64 {
+        self.slot.start(index + TTL_SLOTS + 1)
     }
 }
 
@@ -79,26 +116,17 @@ impl Limit {
     pub fn new_bucket(&self) -> Bucket {
         match &self.rule {
             Rule::TokenBucket(_) => Bucket::Tat(GcraParams::new_state()),
-            Rule::SlidingWindow { slots, .. } => Bucket::Window(Ring::new(*slots as usize + 1)),
+            Rule::SlidingWindow { slots, .. } => Bucket::Window(Ring::new(*slots)),
             Rule::Concurrency { .. } => {
                 Bucket::Concurrency(Box::new(InFlight { ring: TtlSlots::ring(), expired: AtomicU64::new(0) }))
             }
         }
     }
 
-    /// What `usage` costs on this limit.
+    /// What a request of these costs costs on this limit.
     #[inline]
-    pub fn cost(&self, usage: &Usage) -> u64 {
-        usage.cost(self.dimension, self.count_cached_input)
-    }
-
-    /// The most this limit can hold at once: a cost above it never fits.
-    pub fn burst(&self) -> u64 {
-        match &self.rule {
-            Rule::TokenBucket(p) => p.burst(),
-            Rule::SlidingWindow { amount, .. } => *amount,
-            Rule::Concurrency { max } => *max,
-        }
+    pub fn cost(&self, costs: &Costs) -> u64 {
+        costs.get(self.cost_kind)
     }
 
     /// Reserves `cost` at `now`. A refusal carries the absolute time at which
@@ -107,13 +135,13 @@ impl Limit {
     pub fn try_reserve(&self, bucket: &Bucket, cost: u64, now: u64, ttl: TtlSlots) -> Result<(), Option<u64>> {
         match (&self.rule, bucket) {
             (Rule::TokenBucket(p), Bucket::Tat(tat)) => p.try_reserve(tat, cost, now).map_err(|RetryAt(at)| Some(at)),
-            (Rule::SlidingWindow { amount, slot_ns, .. }, Bucket::Window(ring)) => {
+            (Rule::SlidingWindow { amount, slot, .. }, Bucket::Window(ring)) => {
                 if cost == 0 {
                     return Ok(());
                 }
-                let index = now / slot_ns;
+                let index = slot.index(now);
                 ring.try_reserve(index, cost, *amount, |_| {})
-                    .map_err(|()| Some(ring.index_when_at_most(index, amount - cost) * slot_ns))
+                    .map_err(|()| Some(slot.start(ring.index_when_at_most(index, amount - cost))))
             }
             (Rule::Concurrency { max }, Bucket::Concurrency(in_flight)) => {
                 // An entry reset by the add held permits that expired unsettled.
@@ -131,8 +159,8 @@ impl Limit {
     pub fn rollback(&self, bucket: &Bucket, cost: u64, now: u64, ttl: TtlSlots) {
         match (&self.rule, bucket) {
             (Rule::TokenBucket(p), Bucket::Tat(tat)) => p.rollback(tat, cost),
-            (Rule::SlidingWindow { slot_ns, .. }, Bucket::Window(ring)) => {
-                ring.sub(now / slot_ns, cost);
+            (Rule::SlidingWindow { slot, .. }, Bucket::Window(ring)) => {
+                ring.sub(slot.index(now), cost);
             }
             (Rule::Concurrency { .. }, Bucket::Concurrency(in_flight)) => {
                 in_flight.ring.sub(ttl.index(now), 1);
@@ -149,20 +177,8 @@ impl Limit {
     pub fn adjust(&self, bucket: &Bucket, charged: u64, actual: u64, acquired_at: u64, now: u64) {
         match (&self.rule, bucket) {
             (Rule::TokenBucket(p), Bucket::Tat(tat)) => p.adjust(tat, charged, actual, now),
-            (Rule::SlidingWindow { slot_ns, .. }, Bucket::Window(ring)) => {
-                // Every change goes to the admission's slot while it is live,
-                // so a later refund finds what streaming or overage added.
-                let (admitted, current) = (acquired_at / slot_ns, now / slot_ns);
-                if actual < charged {
-                    ring.sub(admitted, charged - actual);
-                } else if actual > charged {
-                    // Overage is charged even past the amount: it is debt that
-                    // later admissions wait out.
-                    let extra = actual - charged;
-                    if current - admitted > ring.span() || ring.add(admitted, extra) == Added::Behind {
-                        let _ = ring.add(current, extra);
-                    }
-                }
+            (Rule::SlidingWindow { slot, .. }, Bucket::Window(ring)) => {
+                adjust_window(ring, *slot, charged, actual, acquired_at, now)
             }
             (Rule::Concurrency { .. }, Bucket::Concurrency(_)) => {}
             _ => unreachable!("a bucket is always built from its own limit"),
@@ -184,8 +200,8 @@ impl Limit {
                 let available = p.available(tat, now);
                 (available, (p.burst() as i64 - available).max(0) as u64)
             }
-            (Rule::SlidingWindow { amount, slot_ns, .. }, Bucket::Window(ring)) => {
-                let used = ring.live_sum(now / slot_ns);
+            (Rule::SlidingWindow { amount, slot, .. }, Bucket::Window(ring)) => {
+                let used = ring.live_sum(slot.index(now));
                 (*amount as i64 - used as i64, used)
             }
             (Rule::Concurrency { max }, Bucket::Concurrency(in_flight)) => {
@@ -203,6 +219,24 @@ impl Limit {
                 Some(in_flight.expired.load(Ordering::Relaxed) + in_flight.ring.stale_sum(ttl.index(now)))
             }
             _ => None,
+        }
+    }
+}
+
+/// The sliding-window half of [`Limit::adjust`], out of line so that the
+/// token-bucket half inlines into the settle loop.
+fn adjust_window(ring: &Ring<AtomicU64>, slot: SlotWidth, charged: u64, actual: u64, acquired_at: u64, now: u64) {
+    // Every change goes to the admission's slot while it is live, so a
+    // later refund finds what streaming or overage added.
+    let (admitted, current) = (slot.index(acquired_at), slot.index(now));
+    if actual < charged {
+        ring.sub(admitted, charged - actual);
+    } else if actual > charged {
+        // Overage is charged even past the amount: it is debt that later
+        // admissions wait out.
+        let extra = actual - charged;
+        if current - admitted > ring.span() || ring.add(admitted, extra) == Added::Behind {
+            let _ = ring.add(current, extra);
         }
     }
 }

@@ -5,29 +5,30 @@
 pub mod atomic;
 pub mod gcra;
 pub(crate) mod limit;
+mod pending;
 pub(crate) mod permit;
 pub(crate) mod registry;
 pub mod ring;
+mod scope_set;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use limit::{Limit, TtlSlots};
+use pending::Pending;
 use permit::{Permit, PermitState, Request, Route};
 use registry::{Registry, Scope, ScopeId, ScopeList};
-use ring::{Added, Ring};
 
 use crate::config::{compile, Config};
+use crate::dimension::Costs;
 use crate::{Error, Result, Usage};
 
-/// Admission counters, as of a snapshot.
+/// Refusal counters. Admissions are counted in [`Pending`], off the
+/// shared cache lines.
 #[derive(Debug, Default)]
-struct Counters {
-    admitted: AtomicU64,
+struct Refusals {
     rate_limited: AtomicU64,
     never_fits: AtomicU64,
-    /// Permits whose TTL slot was reset while they were still unsettled.
-    expired: AtomicU64,
 }
 
 /// The lock-free ledger. Most users want [`crate::Governor`], which owns a
@@ -37,8 +38,8 @@ pub struct Ledger {
     registry: Registry,
     ttl: TtlSlots,
     /// Unsettled permits per TTL slot: what stays in a slot past its life expired.
-    pending: Ring<AtomicU64>,
-    counters: Counters,
+    pending: Pending,
+    refusals: Refusals,
 }
 
 impl Ledger {
@@ -48,8 +49,8 @@ impl Ledger {
         Ok(Ledger {
             registry: Registry::new(compiled.configured, compiled.templates),
             ttl: TtlSlots::new(compiled.permit_ttl_ns),
-            pending: TtlSlots::ring(),
-            counters: Counters::default(),
+            pending: Pending::default(),
+            refusals: Refusals::default(),
         })
     }
 
@@ -92,66 +93,69 @@ impl Ledger {
     pub fn try_acquire(&self, request: &Request<'_>, now: u64) -> Result<Permit> {
         let estimate = request.estimate();
         estimate.validate()?;
-        let scopes = &request.route.scopes;
-        if let Err(e) = self.check_fits(scopes, &estimate) {
-            self.counters.never_fits.fetch_add(1, Ordering::Relaxed);
-            return Err(e);
-        }
+        let costs = Costs::of(&estimate);
+        let scopes = request.route.scopes.as_slice();
         for (s, &id) in scopes.iter().enumerate() {
             let scope = self.registry.get(id);
-            for (l, limit) in scope.limits.iter().enumerate() {
-                let cost = limit.cost(&estimate);
-                if let Err(retry_at) = limit.try_reserve(&scope.buckets[l], cost, now, self.ttl) {
-                    self.rollback(scopes, s, l, &estimate, now);
-                    self.counters.rate_limited.fetch_add(1, Ordering::Relaxed);
-                    return Err(Error::RateLimited {
-                        scope: scope.path.clone(),
-                        dimension: limit.dimension,
-                        retry_after: retry_at.map(|at| Duration::from_nanos(at.saturating_sub(now))),
-                    });
+            for (l, (limit, bucket)) in scope.limits.iter().zip(scope.buckets.iter()).enumerate() {
+                let cost = limit.cost(&costs);
+                let refused =
+                    if cost > limit.burst { Err(None) } else { limit.try_reserve(bucket, cost, now, self.ttl) };
+                if let Err(retry_at) = refused {
+                    self.rollback(scopes, s, l, &costs, now);
+                    return Err(self.refusal(scopes, &costs, scope, limit, retry_at, now));
                 }
             }
         }
-        if let Added::Landed { evicted } = self.pending.add(self.ttl.index(now), 1) {
-            self.counters.expired.fetch_add(evicted, Ordering::Relaxed);
-        }
-        self.counters.admitted.fetch_add(1, Ordering::Relaxed);
+        let index = self.ttl.index(now);
+        self.pending.admitted(index);
         Ok(Permit {
-            scopes: scopes.clone(),
+            scopes: request.route.scopes.clone(),
             charged: estimate,
             streamed_output: 0,
             acquired_at: now,
-            expires_at: self.ttl.expires_at(now),
+            expires_at: self.ttl.expires_at(index),
             state: PermitState::Pending,
         })
     }
 
-    /// A cost above a limit's burst can never be admitted: say so at once.
-    fn check_fits(&self, scopes: &[ScopeId], estimate: &Usage) -> Result<()> {
+    /// The error for a refused request. A cost above any limit's burst can
+    /// never be admitted, so that is reported first, even when another limit
+    /// refused before the reservation reached it.
+    #[cold]
+    fn refusal(
+        &self,
+        scopes: &[ScopeId],
+        costs: &Costs,
+        scope: &Scope,
+        limit: &Limit,
+        retry_at: Option<u64>,
+        now: u64,
+    ) -> Error {
         for &id in scopes {
             let scope = self.registry.get(id);
-            for limit in scope.limits.iter() {
-                let cost = limit.cost(estimate);
-                if cost > limit.burst() {
-                    return Err(Error::NeverFits {
-                        scope: scope.path.clone(),
-                        dimension: limit.dimension,
-                        cost,
-                        burst: limit.burst(),
-                    });
-                }
+            if let Some(limit) = scope.limits.iter().find(|l| l.cost(costs) > l.burst) {
+                self.refusals.never_fits.fetch_add(1, Ordering::Relaxed);
+                let (cost, burst) = (limit.cost(costs), limit.burst);
+                return Error::NeverFits { scope: scope.path.clone(), dimension: limit.dimension, cost, burst };
             }
         }
-        Ok(())
+        self.refusals.rate_limited.fetch_add(1, Ordering::Relaxed);
+        Error::RateLimited {
+            scope: scope.path.clone(),
+            dimension: limit.dimension,
+            retry_after: retry_at.map(|at| Duration::from_nanos(at.saturating_sub(now))),
+        }
     }
 
     /// Undoes, in reverse order, every reservation made before limit `l` of scope `s`.
-    fn rollback(&self, scopes: &[ScopeId], s: usize, l: usize, estimate: &Usage, now: u64) {
+    #[cold]
+    fn rollback(&self, scopes: &[ScopeId], s: usize, l: usize, costs: &Costs, now: u64) {
         for (i, &id) in scopes[..=s].iter().enumerate().rev() {
             let scope = self.registry.get(id);
             let reserved = if i == s { l } else { scope.limits.len() };
             for (limit, bucket) in scope.limits[..reserved].iter().zip(&scope.buckets[..reserved]).rev() {
-                limit.rollback(bucket, limit.cost(estimate), now, self.ttl);
+                limit.rollback(bucket, limit.cost(costs), now, self.ttl);
             }
         }
     }
@@ -178,9 +182,10 @@ impl Ledger {
             return Ok(());
         }
         let raised = Usage { output_tokens: permit.streamed_output, ..permit.charged };
+        let (was, is) = (Costs::of(&permit.charged), Costs::of(&raised));
         self.for_each_limit(permit, |limit, bucket| {
-            if limit.dimension.counts_output() {
-                limit.adjust(bucket, limit.cost(&permit.charged), limit.cost(&raised), permit.acquired_at, now);
+            if limit.cost_kind.counts_output() {
+                limit.adjust(bucket, limit.cost(&was), limit.cost(&is), permit.acquired_at, now);
             }
         });
         permit.charged = raised;
@@ -204,22 +209,23 @@ impl Ledger {
     fn finish(&self, permit: &mut Permit, actual: Option<&Usage>, state: PermitState, now: u64) -> Result<()> {
         self.check_pending(permit, now)?;
         let ttl = self.ttl;
+        let charged = Costs::of(&permit.charged);
+        let actual = actual.map_or(Costs::NONE, Costs::of);
         self.for_each_limit(permit, |limit, bucket| {
             if limit.dimension == crate::Dimension::Concurrency {
                 limit.release(bucket, permit.acquired_at, ttl);
-            } else {
-                let actual_cost = actual.map_or(0, |a| limit.cost(a));
-                limit.adjust(bucket, limit.cost(&permit.charged), actual_cost, permit.acquired_at, now);
+            } else if limit.cost(&charged) != limit.cost(&actual) {
+                limit.adjust(bucket, limit.cost(&charged), limit.cost(&actual), permit.acquired_at, now);
             }
         });
-        self.pending.sub(self.ttl.index(permit.acquired_at), 1);
+        self.pending.finished(self.ttl.index(permit.acquired_at));
         permit.state = state;
         Ok(())
     }
 
     #[inline]
     fn for_each_limit(&self, permit: &Permit, mut f: impl FnMut(&Limit, &limit::Bucket)) {
-        for &id in &permit.scopes {
+        for &id in permit.scopes.as_slice() {
             let scope: &Scope = self.registry.get(id);
             for (limit, bucket) in scope.limits.iter().zip(scope.buckets.iter()) {
                 f(limit, bucket);
@@ -248,13 +254,11 @@ impl Ledger {
 
     /// `(admitted, rate_limited, never_fits, expired)` as of `now`.
     pub(crate) fn counts(&self, now: u64) -> (u64, u64, u64, u64) {
-        let c = &self.counters;
-        let expired = c.expired.load(Ordering::Relaxed) + self.pending.stale_sum(self.ttl.index(now));
         (
-            c.admitted.load(Ordering::Relaxed),
-            c.rate_limited.load(Ordering::Relaxed),
-            c.never_fits.load(Ordering::Relaxed),
-            expired,
+            self.pending.admitted_count(),
+            self.refusals.rate_limited.load(Ordering::Relaxed),
+            self.refusals.never_fits.load(Ordering::Relaxed),
+            self.pending.expired_count(self.ttl.index(now)),
         )
     }
 }

@@ -1,8 +1,7 @@
 //! Permits: the caller's handle on a reservation, and the request that made it.
 
-use smallvec::SmallVec;
-
 use super::registry::{ScopeId, ScopeList};
+use super::scope_set::ScopeSet;
 use crate::Usage;
 
 /// Where a permit stands. Only a pending permit can be reconciled.
@@ -35,19 +34,19 @@ impl std::fmt::Display for PermitState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
     /// Sorted and deduplicated: reservations run in this fixed order.
-    pub(crate) scopes: ScopeList,
+    pub(crate) scopes: ScopeSet,
 }
 
 impl Route {
     pub(crate) fn from_scopes(mut scopes: ScopeList) -> Self {
         scopes.sort_unstable();
         scopes.dedup();
-        Route { scopes }
+        Route { scopes: ScopeSet::new(&scopes) }
     }
 
     /// The scopes charged, in reservation order.
     pub fn scopes(&self) -> &[ScopeId] {
-        &self.scopes
+        self.scopes.as_slice()
     }
 }
 
@@ -103,7 +102,7 @@ impl<'a> Request<'a> {
 /// charged as estimated. A permit reconciles once.
 #[derive(Debug)]
 pub struct Permit {
-    pub(crate) scopes: SmallVec<[ScopeId; 8]>,
+    pub(crate) scopes: ScopeSet,
     /// What is charged so far: the estimate, raised by streamed output beyond it.
     pub(crate) charged: Usage,
     /// Output reported by [`crate::Governor::add_output`] so far.
@@ -137,6 +136,6 @@ impl Permit {
 
     /// The scopes it is charged on.
     pub fn scopes(&self) -> &[ScopeId] {
-        &self.scopes
+        self.scopes.as_slice()
     }
 }

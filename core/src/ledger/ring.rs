@@ -2,8 +2,9 @@
 //! of concurrency limits (whose slots age out at the permit TTL).
 //!
 //! Slot `i` of the timeline covers `[i * slot_ns, (i + 1) * slot_ns)` and lives
-//! at position `i % len`. A slot is *live* at slot `k` while `k - i <= span`
-//! (`span = len - 1`). Each entry packs the low 32 bits of its slot index with
+//! at position `i % len`. A slot is *live* at slot `k` while `k - i <= span`;
+//! `len` is the power of two above `span`, so the position is a mask rather
+//! than a division. Each entry packs the low 32 bits of its slot index with
 //! a 32-bit count into one `u64`, so adding to a slot, and resetting a stale
 //! one, is a single compare-and-swap.
 //!
@@ -55,28 +56,31 @@ pub enum Added {
     Behind,
 }
 
-/// The ring's slots. Its shape (slot width, live span) is supplied by the owner.
+/// The ring's slots. Its slot width is supplied by the owner.
 #[derive(Debug)]
 pub struct Ring<A> {
     slots: Box<[A]>,
+    span: u32,
 }
 
 impl<A: AtomicWord> Ring<A> {
-    /// An empty ring of `len` slots (`len >= 2`).
-    pub fn new(len: usize) -> Self {
-        debug_assert!(len >= 2);
-        Ring { slots: (0..len).map(|_| A::new(0)).collect() }
+    /// An empty ring whose slots stay live for `span` slots after their own
+    /// (`1 <= span < 2^30`).
+    pub fn new(span: u32) -> Self {
+        debug_assert!(span >= 1 && span < 1 << 30);
+        let len = (span as usize + 1).next_power_of_two();
+        Ring { slots: (0..len).map(|_| A::new(0)).collect(), span }
     }
 
     /// Live span, in slots: a slot stays live for this many slots after its own.
     #[inline]
     pub fn span(&self) -> u64 {
-        self.slots.len() as u64 - 1
+        self.span as u64
     }
 
     #[inline]
     fn slot(&self, index: u64) -> &A {
-        &self.slots[(index % self.slots.len() as u64) as usize]
+        &self.slots[(index & (self.slots.len() as u64 - 1)) as usize]
     }
 
     /// Adds `count` to slot `index`, resetting the entry first if it is stale.
@@ -139,7 +143,7 @@ impl<A: AtomicWord> Ring<A> {
     /// Sum of the slots live at slot `index`, entries from later slots included.
     #[inline]
     pub fn live_sum(&self, index: u64) -> u64 {
-        let span = self.span() as i32;
+        let span = self.span as i32;
         self.slots
             .iter()
             .map(|s| unpack(s.load()))
@@ -151,7 +155,7 @@ impl<A: AtomicWord> Ring<A> {
     /// Counts held by entries no longer live at slot `index` that no add has
     /// reset yet.
     pub fn stale_sum(&self, index: u64) -> u64 {
-        let span = self.span() as i32;
+        let span = self.span as i32;
         self.slots
             .iter()
             .map(|s| unpack(s.load()))
@@ -163,7 +167,7 @@ impl<A: AtomicWord> Ring<A> {
     /// The first slot index at or after `index` at which the live sum drops to
     /// `target` or below, assuming no further adds.
     pub fn index_when_at_most(&self, index: u64, target: u64) -> u64 {
-        let span = self.span() as i32;
+        let span = self.span as i32;
         let mut live: Vec<(i32, u64)> = self
             .slots
             .iter()
@@ -195,7 +199,7 @@ mod tests {
 
     #[test]
     fn slots_age_out_after_span() {
-        let ring: Ring<AtomicU64> = Ring::new(4);
+        let ring: Ring<AtomicU64> = Ring::new(3);
         assert_eq!(ring.add(10, 5), Added::Landed { evicted: 0 });
         ring.add(11, 2);
         assert_eq!(ring.live_sum(11), 7);
@@ -207,25 +211,25 @@ mod tests {
 
     #[test]
     fn sub_misses_a_reset_slot() {
-        let ring: Ring<AtomicU64> = Ring::new(3);
+        let ring: Ring<AtomicU64> = Ring::new(2);
         ring.add(0, 4);
         assert!(ring.sub(0, 1));
-        ring.add(3, 1);
+        ring.add(4, 1);
         assert!(!ring.sub(0, 1));
-        assert_eq!(ring.live_sum(3), 1);
+        assert_eq!(ring.live_sum(4), 1);
     }
 
     #[test]
     fn caller_a_whole_ring_behind_is_refused() {
-        let ring: Ring<AtomicU64> = Ring::new(3);
+        let ring: Ring<AtomicU64> = Ring::new(2);
         ring.add(7, 1);
-        assert_eq!(ring.add(4, 1), Added::Behind);
-        assert_eq!(ring.live_sum(4), 1, "entries from later slots count as live");
+        assert_eq!(ring.add(3, 1), Added::Behind);
+        assert_eq!(ring.live_sum(3), 1, "entries from later slots count as live");
     }
 
     #[test]
     fn index_when_at_most_walks_oldest_first() {
-        let ring: Ring<AtomicU64> = Ring::new(5); // span 4
+        let ring: Ring<AtomicU64> = Ring::new(4);
         ring.add(0, 3);
         ring.add(2, 4);
         ring.add(4, 1);
