@@ -35,7 +35,7 @@ fn nested(depth: usize, dimensions: usize) -> (Ledger, Route) {
         paths.iter().map(|p| (p.clone(), json!({"limits": limits(dimensions)}))).collect();
     let ledger = Ledger::new(&Config::from_value(json!({"scopes": scopes})).unwrap()).unwrap();
     let route = ledger.route(&[paths.last().unwrap()]).unwrap();
-    assert_eq!(route.scopes().len(), depth);
+    assert_eq!(ledger.route_scopes(route).len(), depth);
     (ledger, route)
 }
 
@@ -44,7 +44,7 @@ fn acquire_settle(c: &mut Criterion) {
     let shapes = [(1, 1), (1, 3), (1, 5), (3, 1), (3, 3), (3, 5), (6, 1), (6, 3), (6, 4), (6, 5)];
     for (depth, dimensions) in shapes {
         let (ledger, route) = nested(depth, dimensions);
-        let request = Request::new(&route).input_tokens(1200).max_output_tokens(400);
+        let request = Request::new(route).input_tokens(1200).max_output_tokens(400);
         let mut now = 0u64;
         group.bench_function(BenchmarkId::from_parameter(format!("{depth}x{dimensions}")), |b| {
             b.iter(|| {
@@ -60,7 +60,7 @@ fn acquire_settle(c: &mut Criterion) {
 fn acquire_vs_governor(c: &mut Criterion) {
     let mut group = c.benchmark_group("acquire_1x1");
     let (ledger, route) = nested(1, 1);
-    let request = Request::new(&route);
+    let request = Request::new(route);
     let mut now = 0u64;
     group.bench_function("llmgov_try_acquire", |b| {
         b.iter(|| {
@@ -95,7 +95,7 @@ fn shared_root(c: &mut Criterion) {
                     let (ledger, barrier) = (ledger.clone(), barrier.clone());
                     std::thread::spawn(move || {
                         let route = ledger.route(&[format!("root/t{t}")]).unwrap();
-                        let request = Request::new(&route).input_tokens(1200).max_output_tokens(400);
+                        let request = Request::new(route).input_tokens(1200).max_output_tokens(400);
                         barrier.wait();
                         let start = Instant::now();
                         for i in 0..iters {

@@ -15,7 +15,7 @@ use crate::{Config, Permit, Request, Result, Route, ScopeId, ScopeSnapshot, Snap
 ///
 /// let gov = Governor::from_preset("openai-gpt-4o-tier1")?;
 /// let route = gov.route(&["openai/org/gpt-4o"])?;
-/// let mut permit = gov.try_acquire(&Request::new(&route).input_tokens(1200).max_output_tokens(300))?;
+/// let mut permit = gov.try_acquire(&Request::new(route).input_tokens(1200).max_output_tokens(300))?;
 /// // … call the provider …
 /// gov.settle(&mut permit, Usage::new(1180, 212))?;
 /// # Ok::<(), llmgov::Error>(())
@@ -75,7 +75,7 @@ impl Governor {
     /// Reserves every limit on the route now, or nothing. A refusal is
     /// [`crate::Error::RateLimited`] (wait `retry_after`) or
     /// [`crate::Error::NeverFits`] (never retry).
-    pub fn try_acquire(&self, request: &Request<'_>) -> Result<Permit> {
+    pub fn try_acquire(&self, request: &Request) -> Result<Permit> {
         self.ledger.try_acquire(request, self.clock.now())
     }
 

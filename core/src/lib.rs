@@ -22,7 +22,7 @@
 //!     limits = [{ dimension = "tokens", amount = 5000, window = "1m" }]
 //! "#)?;
 //! let route = gov.route(&["tenants/acme", "openai/org/gpt-4o"])?;
-//! let request = Request::new(&route).input_tokens(3000).max_output_tokens(1000);
+//! let request = Request::new(route).input_tokens(3000).max_output_tokens(1000);
 //! let mut permit = gov.try_acquire(&request)?;
 //! gov.settle(&mut permit, Usage::new(3000, 400))?;
 //!

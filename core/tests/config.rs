@@ -112,6 +112,10 @@ fn request_paths_are_checked() {
     assert_eq!(gov.route(&["openai//gpt-4o"]).unwrap_err().code(), "invalid_path");
     assert_eq!(gov.route(&["tenants/*"]).unwrap_err().code(), "invalid_path");
     assert_eq!(gov.route(&["anthropic/claude"]).unwrap_err().code(), "unknown_scope");
+    let mixed = Governor::from_preset("volcengine-deepseek-v3").unwrap();
+    let before = mixed.ledger().scope_count();
+    assert_eq!(mixed.route(&["volcengine/deepseek-v3/keys/k1", "nope/x"]).unwrap_err().code(), "unknown_scope");
+    assert_eq!(mixed.ledger().scope_count(), before, "a refused route leaves no template scope behind");
     let empty: [&str; 0] = [];
     assert_eq!(gov.route(&empty).unwrap_err().code(), "invalid_request");
 }

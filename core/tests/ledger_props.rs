@@ -54,7 +54,7 @@ fn replay(limit: serde_json::Value, ops: &[Op], mut check: impl FnMut(&Governor,
         let now = clock_now(&clock);
         match *op {
             Op::Acquire { input, output } => {
-                let req = Request::new(&route).input_tokens(input).max_output_tokens(output);
+                let req = Request::new(route).input_tokens(input).max_output_tokens(output);
                 match gov.try_acquire(&req) {
                     Ok(p) => {
                         // A zero-cost admission takes nothing from this limit, so it
@@ -184,7 +184,7 @@ proptest! {
         for op in &ops {
             match *op {
                 Op::Acquire { input, output } => {
-                    if let Ok(p) = gov.try_acquire(&Request::new(&route).input_tokens(input).max_output_tokens(output)) {
+                    if let Ok(p) = gov.try_acquire(&Request::new(route).input_tokens(input).max_output_tokens(output)) {
                         permits.push(p);
                     }
                 }
@@ -230,7 +230,7 @@ proptest! {
             let names: Vec<String> = paths.iter().map(|i| format!("s{i}")).collect();
             let route = gov.route(&names).unwrap();
             let before = gov.snapshot();
-            match gov.try_acquire(&Request::new(&route).input_tokens(tokens)) {
+            match gov.try_acquire(&Request::new(route).input_tokens(tokens)) {
                 Ok(p) => held.push(p),
                 Err(_) => prop_assert_eq!(gov.snapshot().scopes, before.scopes),
             }

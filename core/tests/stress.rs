@@ -33,7 +33,7 @@ fn hammer(gov: &Governor, tokens: u64, give_up_after: u32) -> u64 {
                 barrier.wait();
                 let (mut admitted, mut refusals) = (0u64, 0);
                 while refusals < give_up_after {
-                    match gov.try_acquire(&Request::new(&route).input_tokens(tokens)) {
+                    match gov.try_acquire(&Request::new(route).input_tokens(tokens)) {
                         Ok(mut permit) => {
                             admitted += 1;
                             refusals = 0;
@@ -54,7 +54,7 @@ fn hammer(gov: &Governor, tokens: u64, give_up_after: u32) -> u64 {
 fn drain(gov: &Governor, tokens: u64) -> u64 {
     let route = gov.route(&["root/drain"]).unwrap();
     let mut admitted = 0;
-    while let Ok(mut permit) = gov.try_acquire(&Request::new(&route).input_tokens(tokens)) {
+    while let Ok(mut permit) = gov.try_acquire(&Request::new(route).input_tokens(tokens)) {
         gov.settle(&mut permit, Usage::new(tokens, 0)).unwrap();
         admitted += 1;
     }
@@ -95,7 +95,7 @@ fn concurrency_root_never_exceeds_its_slots() {
                 barrier.wait();
                 let mut admitted = 0;
                 while admitted < 2_000 {
-                    if let Ok(mut permit) = gov.try_acquire(&Request::new(&route)) {
+                    if let Ok(mut permit) = gov.try_acquire(&Request::new(route)) {
                         let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                         peak.fetch_max(now, Ordering::SeqCst);
                         in_flight.fetch_sub(1, Ordering::SeqCst);

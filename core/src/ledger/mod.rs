@@ -9,7 +9,6 @@ mod pending;
 pub(crate) mod permit;
 pub(crate) mod registry;
 pub mod ring;
-mod scope_set;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -67,6 +66,11 @@ impl Ledger {
         &self.registry.get(id).path
     }
 
+    /// The scopes a route charges, in reservation order.
+    pub fn route_scopes(&self, route: Route) -> &[ScopeId] {
+        self.registry.route(route.id)
+    }
+
     /// Number of scopes instantiated, configured and from templates.
     pub fn scope_count(&self) -> usize {
         self.registry.len()
@@ -74,6 +78,9 @@ impl Ledger {
 
     /// Resolves request paths to the route of every scope they charge.
     pub fn route<S: AsRef<str>>(&self, paths: &[S]) -> Result<Route> {
+        for path in paths {
+            self.registry.check(path.as_ref())?;
+        }
         let mut scopes = ScopeList::new();
         for path in paths {
             scopes.extend(self.registry.resolve(path.as_ref())?);
@@ -85,16 +92,16 @@ impl Ledger {
                 reason: "a request names at least one path".into(),
             });
         }
-        Ok(Route::from_scopes(scopes))
+        Ok(Route { id: self.registry.intern_route(scopes) })
     }
 
     /// Reserves every limit of every scope on the request's route at `now`,
     /// or nothing.
-    pub fn try_acquire(&self, request: &Request<'_>, now: u64) -> Result<Permit> {
+    pub fn try_acquire(&self, request: &Request, now: u64) -> Result<Permit> {
         let estimate = request.estimate();
         estimate.validate()?;
         let costs = Costs::of(&estimate);
-        let scopes = request.route.scopes.as_slice();
+        let scopes = self.registry.route(request.route.id);
         for (s, &id) in scopes.iter().enumerate() {
             let scope = self.registry.get(id);
             for (l, (limit, bucket)) in scope.limits.iter().zip(scope.buckets.iter()).enumerate() {
@@ -110,7 +117,7 @@ impl Ledger {
         let index = self.ttl.index(now);
         self.pending.admitted(index);
         Ok(Permit {
-            scopes: request.route.scopes.clone(),
+            route: request.route,
             charged: estimate,
             streamed_output: 0,
             acquired_at: now,
@@ -225,7 +232,7 @@ impl Ledger {
 
     #[inline]
     fn for_each_limit(&self, permit: &Permit, mut f: impl FnMut(&Limit, &limit::Bucket)) {
-        for &id in permit.scopes.as_slice() {
+        for &id in self.registry.route(permit.route.id) {
             let scope: &Scope = self.registry.get(id);
             for (limit, bucket) in scope.limits.iter().zip(scope.buckets.iter()) {
                 f(limit, bucket);

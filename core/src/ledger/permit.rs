@@ -1,7 +1,6 @@
 //! Permits: the caller's handle on a reservation, and the request that made it.
 
-use super::registry::{ScopeId, ScopeList};
-use super::scope_set::ScopeSet;
+use super::registry::RouteId;
 use crate::Usage;
 
 /// Where a permit stands. Only a pending permit can be reconciled.
@@ -30,31 +29,26 @@ impl std::fmt::Display for PermitState {
 }
 
 /// The scopes a request is charged on: every scope on each of its paths,
-/// each once. Resolve it once with [`crate::Governor::route`] and reuse it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// each once, interned by the ledger that resolved it. Resolve it once with
+/// [`crate::Governor::route`] and reuse it; it is a plain number, valid
+/// only with that ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Route {
-    /// Sorted and deduplicated: reservations run in this fixed order.
-    pub(crate) scopes: ScopeSet,
+    pub(crate) id: RouteId,
 }
 
 impl Route {
-    pub(crate) fn from_scopes(mut scopes: ScopeList) -> Self {
-        scopes.sort_unstable();
-        scopes.dedup();
-        Route { scopes: ScopeSet::new(&scopes) }
-    }
-
-    /// The scopes charged, in reservation order.
-    pub fn scopes(&self) -> &[ScopeId] {
-        self.scopes.as_slice()
+    /// The route's number, for bindings that cache routes by path.
+    pub fn index(&self) -> u32 {
+        self.id.0
     }
 }
 
 /// What a request asks to reserve.
 #[derive(Debug, Clone, Copy)]
-pub struct Request<'a> {
+pub struct Request {
     /// Where to charge it.
-    pub route: &'a Route,
+    pub route: Route,
     /// Estimated prompt tokens, and the part of them expected from cache.
     pub input_tokens: u64,
     /// Part of `input_tokens` expected to be read from the prompt cache.
@@ -63,10 +57,10 @@ pub struct Request<'a> {
     pub max_output_tokens: u64,
 }
 
-impl<'a> Request<'a> {
+impl Request {
     /// A request on `route` reserving nothing but a request (and a
     /// concurrency slot); add tokens with the builder methods.
-    pub fn new(route: &'a Route) -> Self {
+    pub fn new(route: Route) -> Self {
         Request { route, input_tokens: 0, cached_input_tokens: 0, max_output_tokens: 0 }
     }
 
@@ -102,7 +96,7 @@ impl<'a> Request<'a> {
 /// charged as estimated. A permit reconciles once.
 #[derive(Debug)]
 pub struct Permit {
-    pub(crate) scopes: ScopeSet,
+    pub(crate) route: Route,
     /// What is charged so far: the estimate, raised by streamed output beyond it.
     pub(crate) charged: Usage,
     /// Output reported by [`crate::Governor::add_output`] so far.
@@ -134,8 +128,8 @@ impl Permit {
         self.expires_at
     }
 
-    /// The scopes it is charged on.
-    pub fn scopes(&self) -> &[ScopeId] {
-        self.scopes.as_slice()
+    /// The route it is charged on.
+    pub fn route(&self) -> Route {
+        self.route
     }
 }

@@ -43,12 +43,19 @@ impl Template {
     }
 }
 
-/// The registry of scopes.
+/// A set of scopes interned by the governor: what a request charges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct RouteId(pub u32);
+
+/// The registry of scopes, and of the routes (sets of scopes) requests name.
 #[derive(Debug)]
 pub(crate) struct Registry {
     by_path: papaya::HashMap<Arc<str>, ScopeId>,
     scopes: boxcar::Vec<Scope>,
     templates: Vec<Template>,
+    /// Routes by id: a permit keeps a 4-byte id instead of a copy of its scopes.
+    routes: boxcar::Vec<Box<[ScopeId]>>,
+    route_ids: papaya::HashMap<Box<[ScopeId]>, RouteId>,
 }
 
 /// Scope ids on a route, small enough to live inline for typical depths.
@@ -58,7 +65,13 @@ impl Registry {
     /// A registry of the configured scopes (instantiated now) and templates.
     pub fn new(configured: Vec<(String, Arc<[Limit]>)>, mut templates: Vec<Template>) -> Self {
         templates.sort_by_key(|t| std::cmp::Reverse(t.specificity()));
-        let registry = Registry { by_path: papaya::HashMap::new(), scopes: boxcar::Vec::new(), templates };
+        let registry = Registry {
+            by_path: papaya::HashMap::new(),
+            scopes: boxcar::Vec::new(),
+            templates,
+            routes: boxcar::Vec::new(),
+            route_ids: papaya::HashMap::new(),
+        };
         for (path, limits) in configured {
             registry.instantiate(&path, limits);
         }
@@ -68,6 +81,26 @@ impl Registry {
     #[inline]
     pub fn get(&self, id: ScopeId) -> &Scope {
         &self.scopes[id.0 as usize]
+    }
+
+    /// The scopes of an interned route, sorted.
+    #[inline]
+    pub fn route(&self, id: RouteId) -> &[ScopeId] {
+        &self.routes[id.0 as usize]
+    }
+
+    /// Interns a set of scopes as a route: sorted, each once.
+    pub fn intern_route(&self, mut scopes: ScopeList) -> RouteId {
+        scopes.sort_unstable();
+        scopes.dedup();
+        let ids = self.route_ids.pin();
+        if let Some(id) = ids.get(&scopes[..]) {
+            return *id;
+        }
+        let index = self.routes.push(scopes.to_vec().into_boxed_slice());
+        let id = RouteId(u32::try_from(index).expect("more than 4 billion routes"));
+        // As with scopes, a racing twin stays unused.
+        *ids.get_or_insert(scopes.to_vec().into_boxed_slice(), id)
     }
 
     /// Number of scopes instantiated so far.
@@ -97,6 +130,21 @@ impl Registry {
         // Two threads may instantiate the same path at once; the loser's scope
         // stays unreachable, and both use the winner's id.
         *by_path.get_or_insert(path, id)
+    }
+
+    /// Checks that `path` is well formed and that some scope or template
+    /// covers it, instantiating nothing: a request with one bad path must not
+    /// leave template scopes behind for its good ones.
+    pub fn check(&self, path: &str) -> Result<()> {
+        let segments = split_path(path)?;
+        let mut end = 0;
+        for (depth, segment) in segments.iter().enumerate() {
+            end += segment.len() + usize::from(depth > 0);
+            if self.lookup(&path[..end]).is_some() || self.templates.iter().any(|t| t.matches(&segments[..=depth])) {
+                return Ok(());
+            }
+        }
+        Err(Error::UnknownScope { path: path.to_owned() })
     }
 
     /// Every scope on `path`: the configured or template-made scope at each
