@@ -1,13 +1,15 @@
 # Every command a developer or CI needs. `make test` is what .ci/run calls.
 CARGO ?= cargo
 
-.PHONY: test test-rust demo bench fmt-check
+.PHONY: test test-rust demo bench lint
 
 ## Runs every test of every language present.
-test: fmt-check test-rust
+test: lint test-rust
 
-fmt-check:
+## Formatting and clippy, warnings as errors.
+lint:
 	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 test-rust:
 	$(CARGO) test --workspace --all-targets

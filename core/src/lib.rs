@@ -59,3 +59,8 @@ pub use ledger::registry::ScopeId;
 pub use ledger::Ledger;
 pub use snapshot::{LimitSnapshot, ScopeSnapshot, Snapshot};
 pub use time::{ceil_ms, NS_PER_MS};
+
+/// The README's Rust examples, compiled and run as doc tests.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

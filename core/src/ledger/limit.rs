@@ -141,14 +141,14 @@ impl Limit {
                 }
                 let index = slot.index(now);
                 ring.try_reserve(index, cost, *amount, |_| {})
-                    .map_err(|()| Some(slot.start(ring.index_when_at_most(index, amount - cost))))
+                    .map_err(|_| Some(slot.start(ring.index_when_at_most(index, amount - cost))))
             }
             (Rule::Concurrency { max }, Bucket::Concurrency(in_flight)) => {
                 // An entry reset by the add held permits that expired unsettled.
                 let count_expired = |evicted| {
                     in_flight.expired.fetch_add(evicted, Ordering::Relaxed);
                 };
-                in_flight.ring.try_reserve(ttl.index(now), 1, *max, count_expired).map_err(|()| None)
+                in_flight.ring.try_reserve(ttl.index(now), 1, *max, count_expired).map_err(|_| None)
             }
             _ => unreachable!("a bucket is always built from its own limit"),
         }

@@ -179,7 +179,7 @@ pub(crate) fn split_path(path: &str) -> Result<SmallVec<[&str; 8]>> {
     if segments.iter().any(|s| s.is_empty()) {
         return Err(invalid("empty segment (leading, trailing or doubled `/`)"));
     }
-    if segments.iter().any(|s| *s == "*") {
+    if segments.contains(&"*") {
         return Err(invalid("`*` is for templates in the config; a request names concrete scopes"));
     }
     Ok(segments)

@@ -56,6 +56,11 @@ pub enum Added {
     Behind,
 }
 
+/// A reservation the ring refused: it would have taken the live sum past
+/// the amount (or the caller's clock is a whole ring behind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Full;
+
 /// The ring's slots. Its slot width is supplied by the owner.
 #[derive(Debug)]
 pub struct Ring<A> {
@@ -67,7 +72,7 @@ impl<A: AtomicWord> Ring<A> {
     /// An empty ring whose slots stay live for `span` slots after their own
     /// (`1 <= span < 2^30`).
     pub fn new(span: u32) -> Self {
-        debug_assert!(span >= 1 && span < 1 << 30);
+        debug_assert!((1..1 << 30).contains(&span));
         let len = (span as usize + 1).next_power_of_two();
         Ring { slots: (0..len).map(|_| A::new(0)).collect(), span }
     }
@@ -127,15 +132,15 @@ impl<A: AtomicWord> Ring<A> {
     /// stays within `amount`, otherwise takes it back. `on_evict` hears what
     /// a stale entry held when the add reset it.
     #[inline]
-    pub fn try_reserve(&self, index: u64, cost: u64, amount: u64, on_evict: impl FnOnce(u64)) -> Result<(), ()> {
+    pub fn try_reserve(&self, index: u64, cost: u64, amount: u64, on_evict: impl FnOnce(u64)) -> Result<(), Full> {
         match self.add(index, cost) {
             Added::Landed { evicted } if evicted > 0 => on_evict(evicted),
             Added::Landed { .. } => {}
-            Added::Behind => return Err(()),
+            Added::Behind => return Err(Full),
         }
         if self.live_sum(index) > amount {
             self.sub(index, cost);
-            return Err(());
+            return Err(Full);
         }
         Ok(())
     }
@@ -176,7 +181,7 @@ impl<A: AtomicWord> Ring<A> {
             .map(|(epoch, count)| (age(index, epoch), count))
             .collect();
         // Oldest first: they leave the window first.
-        live.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        live.sort_unstable_by_key(|&(age, _)| std::cmp::Reverse(age));
         let mut sum: u64 = live.iter().map(|&(_, c)| c).sum();
         for (slot_age, count) in live {
             if sum <= target {
