@@ -2,12 +2,14 @@
 //! `check()` in the same run. Run: `cargo bench -p llmgov --bench ledger`.
 
 use std::num::NonZeroU32;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use governor::clock::FakeRelativeClock;
 use governor::{Quota, RateLimiter};
+use llmgov::ledger::gcra::GcraParams;
 use llmgov::{Config, Ledger, Request, Route, Usage};
 use serde_json::json;
 
@@ -66,6 +68,17 @@ fn acquire_vs_governor(c: &mut Criterion) {
         b.iter(|| {
             now += 1_000;
             ledger.try_acquire(&request, now).unwrap()
+        })
+    });
+    // The bucket primitive alone: the part of an acquire that does what
+    // governor's check does (no route, no permit, no expiry books).
+    let params = GcraParams::new(1 << 50, 1_000_000_000, 1 << 50);
+    let tat = AtomicU64::new(0);
+    let mut now = 0u64;
+    group.bench_function("llmgov_gcra_bucket_only", |b| {
+        b.iter(|| {
+            now += 1_000;
+            params.try_reserve(&tat, 1, now).unwrap()
         })
     });
     let clock = FakeRelativeClock::default();
