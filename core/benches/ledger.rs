@@ -37,7 +37,7 @@ fn nested(depth: usize, dimensions: usize) -> (Ledger, Route) {
         paths.iter().map(|p| (p.clone(), json!({"limits": limits(dimensions)}))).collect();
     let ledger = Ledger::new(&Config::from_value(json!({"scopes": scopes})).unwrap()).unwrap();
     let route = ledger.route(&[paths.last().unwrap()]).unwrap();
-    assert_eq!(ledger.route_scopes(route).len(), depth);
+    assert_eq!(ledger.route_scopes(route).unwrap().len(), depth);
     (ledger, route)
 }
 

@@ -48,9 +48,10 @@ impl ManualClock {
         ManualClock { now: AtomicU64::new(start) }
     }
 
-    /// Moves the clock forward by `by`.
+    /// Moves the clock forward by `by`, stopping at `u64::MAX` (584 years).
     pub fn advance(&self, by: Duration) {
-        self.now.fetch_add(by.as_nanos() as u64, Ordering::SeqCst);
+        let by = crate::time::duration_ns(by);
+        let _ = self.now.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| Some(now.saturating_add(by)));
     }
 
     /// Sets the clock to `ns` if that is later than the current time; a

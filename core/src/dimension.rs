@@ -37,6 +37,20 @@ impl std::fmt::Display for Dimension {
     }
 }
 
+/// The most tokens any one count may hold: about a trillion, far past any
+/// model's context, and far enough below 2^64 that sums never overflow.
+pub const MAX_TOKENS: u64 = 1 << 40;
+
+/// The error for a token count above [`MAX_TOKENS`].
+#[cold]
+pub(crate) fn too_many_tokens(field: &'static str, value: u64) -> crate::Error {
+    crate::Error::InvalidRequest {
+        field,
+        value: value.to_string(),
+        reason: format!("more than {MAX_TOKENS} tokens; no request is that large"),
+    }
+}
+
 /// Token counts of one request: the estimate at admission, or the actual
 /// usage at settlement.
 ///
@@ -69,17 +83,24 @@ impl Usage {
         self
     }
 
-    /// Checks that the cached part does not exceed the whole.
+    /// Checks that every count is plausible and the cached part does not
+    /// exceed the whole.
     #[inline]
     pub(crate) fn validate(&self) -> crate::Result<()> {
-        if self.cached_input_tokens > self.input_tokens {
-            return Err(self.cached_exceeds_input());
+        let largest = self.input_tokens.max(self.output_tokens);
+        if largest > MAX_TOKENS || self.cached_input_tokens > self.input_tokens {
+            return Err(self.invalid());
         }
         Ok(())
     }
 
     #[cold]
-    fn cached_exceeds_input(&self) -> crate::Error {
+    fn invalid(&self) -> crate::Error {
+        for (field, value) in [("input_tokens", self.input_tokens), ("output_tokens", self.output_tokens)] {
+            if value > MAX_TOKENS {
+                return too_many_tokens(field, value);
+            }
+        }
         crate::Error::InvalidRequest {
             field: "cached_input_tokens",
             value: self.cached_input_tokens.to_string(),

@@ -84,8 +84,8 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
-    /// The permit was already settled, cancelled or expired; a second
-    /// reconciliation would refund twice.
+    /// The permit was already settled or cancelled; a second reconciliation
+    /// would refund twice. (An expired permit is [`Error::PermitExpired`].)
     #[error("permit already {state}")]
     PermitFinished {
         /// The state the permit is in.

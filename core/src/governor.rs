@@ -100,7 +100,7 @@ impl Governor {
     }
 
     /// One scope's limits now.
-    pub fn scope_snapshot(&self, id: ScopeId) -> ScopeSnapshot {
+    pub fn scope_snapshot(&self, id: ScopeId) -> Result<ScopeSnapshot> {
         self.ledger.scope_snapshot(id, self.clock.now())
     }
 }

@@ -51,7 +51,7 @@ mod time;
 
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::Config;
-pub use dimension::{Dimension, Usage};
+pub use dimension::{Dimension, Usage, MAX_TOKENS};
 pub use error::{Error, Result};
 pub use governor::Governor;
 pub use ledger::permit::{Permit, PermitState, Request, Route};

@@ -75,7 +75,7 @@ pub(crate) fn build(ledger: &Ledger, now: u64) -> Snapshot {
         rate_limited,
         never_fits,
         expired_permits,
-        scopes: ledger.registry().iter().map(|(_, s)| scope(s, now, ledger.ttl())).collect(),
+        scopes: ledger.registry().iter().map(|s| scope(s, now, ledger.ttl())).collect(),
     }
 }
 

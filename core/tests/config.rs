@@ -9,6 +9,10 @@ fn invalid(toml: &str) -> (String, String, String) {
     }
 }
 
+fn scope_p(limit: &str) -> String {
+    format!("[scopes.\"p\"]\nlimits = [{limit}]\n")
+}
+
 fn scope(limit: &str) -> String {
     format!("[scopes.\"openai/gpt-4o\"]\nlimits = [{limit}]\n")
 }
@@ -118,4 +122,36 @@ fn request_paths_are_checked() {
     assert_eq!(mixed.ledger().scope_count(), before, "a refused route leaves no template scope behind");
     let empty: [&str; 0] = [];
     assert_eq!(gov.route(&empty).unwrap_err().code(), "invalid_request");
+}
+
+#[test]
+fn quoted_number_names_its_value() {
+    let (field, value, reason) = invalid(&scope_p(r#"{ dimension = "tokens", amount = "5000", window = "1m" }"#));
+    assert_eq!(field, "scopes.p.limits[0].amount");
+    assert_eq!(value, "5000", "reason was: {reason}");
+}
+
+#[test]
+fn sub_ms_window_is_blamed_not_slots() {
+    let (field, value, _) =
+        invalid(&scope_p(r#"{ dimension = "tokens", amount = 5, window = "500us", algorithm = "sliding_window" }"#));
+    assert_eq!((field.as_str(), value.as_str()), ("scopes.p.limits[0].window", "500us"));
+}
+
+#[test]
+fn concurrency_algorithm_value_is_as_written() {
+    let (field, value, _) =
+        invalid(&scope_p(r#"{ dimension = "concurrency", amount = 5, algorithm = "sliding_window" }"#));
+    assert_eq!((field.as_str(), value.as_str()), ("scopes.p.limits[0].algorithm", "sliding_window"));
+}
+
+#[test]
+fn missing_field_is_named() {
+    let (field, value, _) = invalid(&scope_p(r#"{ amount = 5, window = "1m" }"#));
+    assert_eq!(field, "scopes.p.limits[0].dimension", "value was {value:?}");
+}
+
+#[test]
+fn window_beyond_400_days_is_refused() {
+    invalid(&scope_p(r#"{ dimension = "requests", amount = 1, window = "600y" }"#));
 }

@@ -77,7 +77,7 @@ fn sliding_window_root_admits_exactly_its_limit() {
     let raced = hammer(&gov, 3, 200);
     assert!(raced * 3 <= 30_000, "over-admitted: {raced} requests of 3 tokens");
     assert_eq!(raced + drain(&gov, 3), 10_000);
-    let root = gov.scope_snapshot(gov.scope_id("root").unwrap());
+    let root = gov.scope_snapshot(gov.scope_id("root").unwrap()).unwrap();
     assert_eq!(root.limit(Dimension::InputTokens).unwrap().in_use, 30_000);
 }
 
@@ -108,7 +108,7 @@ fn concurrency_root_never_exceeds_its_slots() {
         .collect();
     handles.into_iter().for_each(|h| h.join().unwrap());
     assert!(peak.load(Ordering::SeqCst) <= 3, "peak in flight {}", peak.load(Ordering::SeqCst));
-    let root = gov.scope_snapshot(gov.scope_id("root").unwrap());
+    let root = gov.scope_snapshot(gov.scope_id("root").unwrap()).unwrap();
     assert_eq!(root.limit(Dimension::Concurrency).unwrap().in_use, 0, "every slot came back");
     assert_eq!(gov.snapshot().admitted, THREADS as u64 * 2_000);
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{Algorithm, Config, LimitConfig};
 use crate::dimension::CostKind;
-use crate::ledger::gcra::GcraParams;
+use crate::ledger::gcra::{GcraParams, MAX_DEBT_NS};
 use crate::ledger::limit::{Limit, Rule, SlotWidth};
 use crate::ledger::registry::Template;
 use crate::ledger::ring::MAX_SLOT_COUNT;
@@ -19,6 +19,10 @@ const DEFAULT_SLOTS: u32 = 60;
 const MAX_AMOUNT: u64 = 1 << 53;
 /// Narrower sliding-window slots cost memory without meaning anything to a provider.
 const MIN_SLOT_NS: u64 = 1_000_000;
+/// Every acquire scans a window's slots: more would cost time, not precision.
+const MAX_SLOTS: u32 = 4096;
+/// Longer than any provider's or budget's period (a year, with room).
+const MAX_WINDOW_NS: u64 = 400 * 86_400 * 1_000_000_000;
 
 /// A validated config, ready to build a ledger from.
 #[derive(Debug)]
@@ -123,7 +127,7 @@ fn compile_limit(field: &str, limit: &LimitConfig, margin: f64) -> Result<Limit>
     if limit.dimension == Dimension::Concurrency {
         let stray = [
             ("window", limit.window.clone()),
-            ("algorithm", limit.algorithm.map(|a| format!("{a:?}"))),
+            ("algorithm", limit.algorithm.map(|a| a.as_str().to_owned())),
             ("burst", limit.burst.map(|b| b.to_string())),
             ("slots", limit.slots.map(|s| s.to_string())),
         ];
@@ -140,53 +144,72 @@ fn compile_limit(field: &str, limit: &LimitConfig, margin: f64) -> Result<Limit>
         Error::config(at("window"), "", format!("a {} limit needs a window, e.g. \"1m\"", limit.dimension))
     })?;
     let window_ns = parse_duration(&at("window"), window_text)?;
+    if window_ns > MAX_WINDOW_NS {
+        return Err(Error::config(at("window"), window_text, "must be at most 400 days"));
+    }
     let rule = match limit.algorithm.unwrap_or(Algorithm::TokenBucket) {
-        Algorithm::TokenBucket => {
-            if let Some(slots) = limit.slots {
-                return Err(Error::config(at("slots"), slots, "only a sliding_window has slots"));
-            }
-            let burst = match limit.burst {
-                None => amount,
-                Some(0) => return Err(Error::config(at("burst"), 0, "must be at least 1")),
-                Some(b) if b > MAX_AMOUNT => {
-                    return Err(Error::config(at("burst"), b, format!("must be at most {MAX_AMOUNT}")))
-                }
-                Some(b) => scaled(b, margin, &at("burst"))?,
-            };
-            Rule::TokenBucket(GcraParams::new(amount, window_ns, burst))
-        }
-        Algorithm::SlidingWindow => {
-            if let Some(burst) = limit.burst {
-                return Err(Error::config(
-                    at("burst"),
-                    burst,
-                    "a sliding_window never exceeds its amount; burst is for token_bucket",
-                ));
-            }
-            if amount > MAX_SLOT_COUNT {
-                return Err(Error::config(
-                    at("amount"),
-                    limit.amount,
-                    format!("a sliding_window holds at most {MAX_SLOT_COUNT}; use token_bucket"),
-                ));
-            }
-            let slots = limit.slots.unwrap_or(DEFAULT_SLOTS.min((window_ns / MIN_SLOT_NS).max(1) as u32));
-            if slots == 0 || window_ns / (slots as u64) < MIN_SLOT_NS {
-                return Err(Error::config(
-                    at("slots"),
-                    slots,
-                    format!("need at least 1 slot, each at least 1ms of the {window_text} window"),
-                ));
-            }
-            // Rounding the slot up only lengthens the window: the safe side.
-            Rule::SlidingWindow { amount, slot: SlotWidth::new(window_ns.div_ceil(slots as u64)), slots }
-        }
+        Algorithm::TokenBucket => token_bucket(&at, limit, amount, window_ns, margin)?,
+        Algorithm::SlidingWindow => sliding_window(&at, limit, amount, window_ns, window_text)?,
     };
     let burst = match &rule {
         Rule::TokenBucket(params) => params.burst(),
         _ => amount,
     };
     Ok(Limit { rule, burst, window_ns: Some(window_ns), ..base })
+}
+
+fn token_bucket(
+    at: &dyn Fn(&str) -> String,
+    limit: &LimitConfig,
+    amount: u64,
+    window_ns: u64,
+    margin: f64,
+) -> Result<Rule> {
+    if let Some(slots) = limit.slots {
+        return Err(Error::config(at("slots"), slots, "only a sliding_window has slots"));
+    }
+    let burst = match limit.burst {
+        None => amount,
+        Some(0) => return Err(Error::config(at("burst"), 0, "must be at least 1")),
+        Some(b) if b > MAX_AMOUNT => {
+            return Err(Error::config(at("burst"), b, format!("must be at most {MAX_AMOUNT}")))
+        }
+        Some(b) => scaled(b, margin, &at("burst"))?,
+    };
+    let params = GcraParams::new(amount, window_ns, burst);
+    // The burst, as refill time, must leave the timeline room for debt.
+    if params.tau_ns() > MAX_DEBT_NS / 2 {
+        let field = if limit.burst.is_some() { "burst" } else { "amount" };
+        return Err(Error::config(at(field), burst, "takes over 73 years to refill: lower the burst or the window"));
+    }
+    Ok(Rule::TokenBucket(params))
+}
+
+fn sliding_window(
+    at: &dyn Fn(&str) -> String,
+    limit: &LimitConfig,
+    amount: u64,
+    window_ns: u64,
+    window_text: &str,
+) -> Result<Rule> {
+    if let Some(burst) = limit.burst {
+        let reason = "a sliding_window never exceeds its amount; burst is for token_bucket";
+        return Err(Error::config(at("burst"), burst, reason));
+    }
+    if amount > MAX_SLOT_COUNT {
+        let reason = format!("a sliding_window holds at most {MAX_SLOT_COUNT}; use token_bucket");
+        return Err(Error::config(at("amount"), limit.amount, reason));
+    }
+    if window_ns < MIN_SLOT_NS {
+        return Err(Error::config(at("window"), window_text, "a sliding_window needs at least 1ms"));
+    }
+    let slots = limit.slots.unwrap_or(DEFAULT_SLOTS.min((window_ns / MIN_SLOT_NS) as u32));
+    if slots == 0 || slots > MAX_SLOTS || window_ns / u64::from(slots) < MIN_SLOT_NS {
+        let reason = format!("need 1 to {MAX_SLOTS} slots, each at least 1ms of the {window_text} window");
+        return Err(Error::config(at("slots"), slots, reason));
+    }
+    // Rounding the slot up only lengthens the window: the safe side.
+    Ok(Rule::SlidingWindow { amount, slot: SlotWidth::new(window_ns.div_ceil(u64::from(slots))), slots })
 }
 
 fn scaled(amount: u64, margin: f64, field: &str) -> Result<u64> {

@@ -70,6 +70,16 @@ pub enum Algorithm {
     SlidingWindow,
 }
 
+impl Algorithm {
+    /// The name used in configs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::SlidingWindow => "sliding_window",
+        }
+    }
+}
+
 /// One limit: dimension × amount × window × algorithm.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -137,9 +147,19 @@ impl Config {
 
 /// Turns a serde error at a path into an error naming the field and the value.
 fn path_error<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> Error {
-    let field = e.path().to_string();
+    let mut field = e.path().to_string();
     let reason = e.inner().to_string();
-    // serde quotes the offending value in backticks: "unknown variant `foo`".
-    let value = reason.split('`').nth(1).unwrap_or_default().to_owned();
+    let quoted = |quote: char| reason.split(quote).nth(1).map(str::to_owned);
+    let value = if let Some(missing) = reason.strip_prefix("missing field `") {
+        // The field is absent: name it, with no value.
+        field = format!("{field}.{}", missing.trim_end_matches('`'));
+        String::new()
+    } else if reason.starts_with("invalid type: string") {
+        // `invalid type: string "5000", expected u64`
+        quoted('"').unwrap_or_default()
+    } else {
+        // serde quotes values in backticks: "unknown variant `foo`".
+        quoted('`').unwrap_or_default()
+    };
     Error::InvalidConfig { field, value, reason }
 }

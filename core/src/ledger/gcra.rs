@@ -5,14 +5,27 @@
 //! `tat <= now` and holds `(now + tau - max(tat, now)) / T` units, where
 //! `T = window / amount` is the time one unit takes to refill and
 //! `tau = burst * T`. Reserving `c` units moves the TAT forward by `c * T`
-//! if that keeps it within `now + tau`. Debt moves it further; refunds move
-//! it back, never before `now` (that would be capacity beyond the burst).
+//! if that keeps it within `now + tau`. Debt moves it further.
+//!
+//! A refund moves the TAT back by no more than the part of its own charge
+//! that has not refilled yet, and never before `now`. The TAT is one
+//! timeline shared by every reservation: taking back time that has already
+//! passed would take it from reservations made since, and hand their
+//! capacity out twice.
 //!
 //! Time is kept in whole nanoseconds and `T` in 32.32 fixed point, rounded
 //! up, so every charge is at least its exact value: a bucket can admit at
-//! most 1 ns of refill beyond the exact rational bound.
+//! most 1 ns of refill beyond the exact rational bound. Charges round up
+//! one by one, so a burst taken in `k` pieces may need up to `k` ns more
+//! refill than taken whole.
 
 use super::atomic::{update, AtomicWord};
+
+/// Debt beyond this (146 years) poisons a bucket: it refuses until then and
+/// refunds no longer apply, since a saturated TAT no longer says how much
+/// of it is whose. Only absurd usage reports get here; the config keeps
+/// every burst far below it.
+pub const MAX_DEBT_NS: u64 = 1 << 62;
 
 /// Fractional bits of the fixed-point unit interval.
 const FRACTION_BITS: u32 = 32;
@@ -64,11 +77,9 @@ impl GcraParams {
         ns.min(u64::MAX as u128) as u64
     }
 
-    /// Units that fit in `ns` of refill, rounded down (tolerating the 1 ns of
-    /// rounding that charges carry, so a just-refunded bucket reads whole).
-    pub fn ns_to_units(&self, ns: i128) -> i64 {
-        let scaled = (ns.saturating_add(1)) << FRACTION_BITS;
-        (scaled.div_euclid(self.unit_ns_fixed as i128)).clamp(i64::MIN as i128, i64::MAX as i128) as i64
+    /// `burst` expressed as time: how far the TAT may run ahead of now.
+    pub fn tau_ns(&self) -> u64 {
+        self.tau_ns
     }
 
     /// A fresh, full bucket.
@@ -105,27 +116,48 @@ impl GcraParams {
         let _ = update::<A, ()>(tat, |current| Ok(current.saturating_sub(increment)));
     }
 
-    /// Moves a charge of `charged` units to `actual` units at `now`: refunds the
-    /// difference (never past a full bucket) or debits the overage, even into debt.
+    /// Moves a charge of `charged` units, made at `acquired_at`, to `actual`
+    /// units at `now`: refunds the difference still outstanding (see the
+    /// module doc), or debits the overage, even into debt.
     #[inline]
-    pub fn adjust<A: AtomicWord>(&self, tat: &A, charged: u64, actual: u64, now: u64) {
+    pub fn adjust<A: AtomicWord>(&self, tat: &A, charged: u64, actual: u64, acquired_at: u64, now: u64) {
         if charged == actual {
             return;
         }
         let (was, is) = (self.units_to_ns(charged), self.units_to_ns(actual));
+        if is > was {
+            let _ = update::<A, ()>(tat, |current| Ok(current.max(now).saturating_add(is - was)));
+            return;
+        }
+        // The charge covered at least [acquired_at, acquired_at + was) of the
+        // timeline; what of its top `was - is` lies before `now` has refilled.
+        let outstanding = acquired_at.saturating_add(was).saturating_sub(now.max(acquired_at.saturating_add(is)));
+        let refund = (was - is).min(outstanding);
+        if refund == 0 {
+            return;
+        }
         let _ = update::<A, ()>(tat, |current| {
-            Ok(if is < was {
-                current.saturating_sub(was - is).max(now)
-            } else {
-                current.max(now).saturating_add(is - was)
-            })
+            if current.saturating_sub(now) > MAX_DEBT_NS {
+                return Err(());
+            }
+            Ok(current.saturating_sub(refund).max(now))
         });
     }
 
-    /// Units available at `now`; negative while the bucket is in debt.
+    /// Units available at `now`: the most one request could take, by the
+    /// same rounding as [`Self::try_reserve`]; negative while in debt.
     pub fn available<A: AtomicWord>(&self, tat: &A, now: u64) -> i64 {
-        let ahead = tat.load().saturating_sub(now) as i128;
-        self.ns_to_units(self.tau_ns as i128 - ahead)
+        let room = self.tau_ns as i128 - tat.load().saturating_sub(now) as i128;
+        let units = (room << FRACTION_BITS).div_euclid(self.unit_ns_fixed as i128);
+        if room <= 0 {
+            return units.max(i64::MIN as i128) as i64;
+        }
+        // The floor can be one over: each charge rounds up on its own.
+        let mut units = units as u64;
+        while units > 0 && self.units_to_ns(units) > room as u64 {
+            units -= 1;
+        }
+        units as i64
     }
 }
 
@@ -156,7 +188,10 @@ mod tests {
         let tat: AtomicU64 = GcraParams::new_state();
         assert!(p.try_reserve(&tat, 7, 5).is_ok());
         assert_eq!(p.available(&tat, 5), 0);
-        assert_eq!(p.available(&tat, 5 + 1_000_000_000), 7);
+        // T rounds up, so the last unit needs one more nanosecond.
+        assert_eq!(p.available(&tat, 5 + 1_000_000_000), 6);
+        assert_eq!(p.available(&tat, 5 + 1_000_000_001), 7);
+        assert!(p.try_reserve(&tat, 7, 5 + 1_000_000_001).is_ok());
     }
 
     #[test]
@@ -164,15 +199,51 @@ mod tests {
         let p = GcraParams::new(100, MINUTE, 100);
         let tat: AtomicU64 = GcraParams::new_state();
         p.try_reserve(&tat, 60, 0).unwrap();
-        p.adjust(&tat, 60, 10, 0);
+        p.adjust(&tat, 60, 10, 0, 0);
         assert_eq!(p.available(&tat, 0), 90);
         // Long after the charge has refilled, a refund creates nothing.
-        p.adjust(&tat, 10, 0, 10 * MINUTE);
+        p.adjust(&tat, 10, 0, 0, 10 * MINUTE);
         assert_eq!(p.available(&tat, 10 * MINUTE), 100);
-        p.adjust(&tat, 0, 250, 10 * MINUTE);
+        p.adjust(&tat, 0, 250, 0, 10 * MINUTE);
         assert_eq!(p.available(&tat, 10 * MINUTE), -150);
         let RetryAt(at) = p.try_reserve(&tat, 1, 10 * MINUTE).unwrap_err();
         assert!(at > 11 * MINUTE, "debt delays later admissions");
+    }
+
+    #[test]
+    fn refund_of_a_refilled_charge_takes_nothing_from_later_ones() {
+        let p = GcraParams::new(100, MINUTE, 100);
+        let tat: AtomicU64 = GcraParams::new_state();
+        p.try_reserve(&tat, 100, 0).unwrap();
+        // The first charge has refilled; a second takes the whole bucket.
+        p.try_reserve(&tat, 100, MINUTE).unwrap();
+        p.adjust(&tat, 100, 0, 0, MINUTE);
+        assert_eq!(p.available(&tat, MINUTE), 0);
+        // Half refilled: only the outstanding half comes back.
+        let tat: AtomicU64 = GcraParams::new_state();
+        p.try_reserve(&tat, 100, 0).unwrap();
+        p.adjust(&tat, 100, 0, 0, MINUTE / 2);
+        assert_eq!(p.available(&tat, MINUTE / 2), 100);
+    }
+
+    #[test]
+    fn poisoned_bucket_takes_no_refund() {
+        let p = GcraParams::new(100, MINUTE, 100);
+        let tat: AtomicU64 = GcraParams::new_state();
+        p.try_reserve(&tat, 30, 0).unwrap();
+        p.try_reserve(&tat, 10, 0).unwrap();
+        p.adjust(&tat, 10, u64::MAX, 0, 0);
+        p.adjust(&tat, u64::MAX, 10, 0, 0);
+        assert!(p.try_reserve(&tat, 1, MINUTE).is_err(), "a saturated timeline stays closed");
+    }
+
+    #[test]
+    fn available_agrees_with_admission_under_rounding() {
+        let p = GcraParams::new(7, 1_000_000_000, 7);
+        let tat: AtomicU64 = GcraParams::new_state();
+        p.try_reserve(&tat, 1, 0).unwrap();
+        let shown = p.available(&tat, 0) as u64;
+        assert!(p.try_reserve(&tat, shown, 0).is_ok(), "the snapshot promised {shown}");
     }
 
     #[test]

@@ -176,7 +176,7 @@ impl Limit {
     #[inline]
     pub fn adjust(&self, bucket: &Bucket, charged: u64, actual: u64, acquired_at: u64, now: u64) {
         match (&self.rule, bucket) {
-            (Rule::TokenBucket(p), Bucket::Tat(tat)) => p.adjust(tat, charged, actual, now),
+            (Rule::TokenBucket(p), Bucket::Tat(tat)) => p.adjust(tat, charged, actual, acquired_at, now),
             (Rule::SlidingWindow { slot, .. }, Bucket::Window(ring)) => {
                 adjust_window(ring, *slot, charged, actual, acquired_at, now)
             }
@@ -198,7 +198,7 @@ impl Limit {
         match (&self.rule, bucket) {
             (Rule::TokenBucket(p), Bucket::Tat(tat)) => {
                 let available = p.available(tat, now);
-                (available, (p.burst() as i64 - available).max(0) as u64)
+                (available, (p.burst() as i128 - available as i128).clamp(0, u64::MAX as i128) as u64)
             }
             (Rule::SlidingWindow { amount, slot, .. }, Bucket::Window(ring)) => {
                 let used = ring.live_sum(slot.index(now));
@@ -229,13 +229,18 @@ fn adjust_window(ring: &Ring<AtomicU64>, slot: SlotWidth, charged: u64, actual: 
     // Every change goes to the admission's slot while it is live, so a
     // later refund finds what streaming or overage added.
     let (admitted, current) = (slot.index(acquired_at), slot.index(now));
+    let in_window = current.saturating_sub(admitted) <= ring.span();
     if actual < charged {
-        ring.sub(admitted, charged - actual);
+        // Once out of the window the charge is gone, and the slot's epoch
+        // may have come round again.
+        if in_window {
+            ring.sub(admitted, charged - actual);
+        }
     } else if actual > charged {
         // Overage is charged even past the amount: it is debt that later
         // admissions wait out.
         let extra = actual - charged;
-        if current - admitted > ring.span() || ring.add(admitted, extra) == Added::Behind {
+        if !in_window || ring.add(admitted, extra) == Added::Behind {
             let _ = ring.add(current, extra);
         }
     }

@@ -10,16 +10,16 @@ pub(crate) mod permit;
 pub(crate) mod registry;
 pub mod ring;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use limit::{Limit, TtlSlots};
 use pending::Pending;
 use permit::{Permit, PermitState, Request, Route};
-use registry::{Registry, Scope, ScopeId, ScopeList};
+use registry::{Registry, Scope, ScopeId, ScopeIndex, ScopeList};
 
 use crate::config::{compile, Config};
-use crate::dimension::Costs;
+use crate::dimension::{too_many_tokens, Costs, MAX_TOKENS};
 use crate::{Error, Result, Usage};
 
 /// Refusal counters. Admissions are counted in [`Pending`], off the
@@ -30,10 +30,15 @@ struct Refusals {
     never_fits: AtomicU64,
 }
 
+/// Tags told apart the routes, scopes and permits of different ledgers.
+static NEXT_TAG: AtomicU32 = AtomicU32::new(1);
+
 /// The lock-free ledger. Most users want [`crate::Governor`], which owns a
 /// clock and calls this with its time.
 #[derive(Debug)]
 pub struct Ledger {
+    /// Stamped on every route, scope id and permit this ledger hands out.
+    tag: u32,
     registry: Registry,
     ttl: TtlSlots,
     /// Unsettled permits per TTL slot: what stays in a slot past its life expired.
@@ -46,6 +51,7 @@ impl Ledger {
     pub fn new(config: &Config) -> Result<Self> {
         let compiled = compile(config)?;
         Ok(Ledger {
+            tag: NEXT_TAG.fetch_add(1, Ordering::Relaxed),
             registry: Registry::new(compiled.configured, compiled.templates),
             ttl: TtlSlots::new(compiled.permit_ttl_ns),
             pending: Pending::default(),
@@ -58,17 +64,35 @@ impl Ledger {
     /// instantiating template scopes met for the first time.
     pub fn scope_id(&self, path: &str) -> Result<ScopeId> {
         let chain = self.registry.resolve(path)?;
-        Ok(*chain.last().expect("resolve never returns an empty chain"))
+        let index = *chain.last().expect("resolve never returns an empty chain");
+        Ok(ScopeId { ledger: self.tag, index })
+    }
+
+    /// The scope an id names, if it is one of this ledger's.
+    fn scope(&self, id: ScopeId) -> Result<&Scope> {
+        Some(id)
+            .filter(|id| id.ledger == self.tag)
+            .and_then(|id| self.registry.try_get(id.index))
+            .ok_or_else(|| foreign("scope", format!("{id:?}")))
     }
 
     /// The path of a scope.
-    pub fn scope_path(&self, id: ScopeId) -> &str {
-        &self.registry.get(id).path
+    pub fn scope_path(&self, id: ScopeId) -> Result<&str> {
+        Ok(&self.scope(id)?.path)
     }
 
     /// The scopes a route charges, in reservation order.
-    pub fn route_scopes(&self, route: Route) -> &[ScopeId] {
-        self.registry.route(route.id)
+    pub fn route_scopes(&self, route: Route) -> Result<Vec<ScopeId>> {
+        self.check_route(route)?;
+        Ok(self.registry.route(route.id).iter().map(|&index| ScopeId { ledger: self.tag, index }).collect())
+    }
+
+    #[inline]
+    fn check_route(&self, route: Route) -> Result<()> {
+        if route.ledger != self.tag {
+            return Err(foreign("route", format!("{route:?}")));
+        }
+        Ok(())
     }
 
     /// Number of scopes instantiated, configured and from templates.
@@ -92,12 +116,13 @@ impl Ledger {
                 reason: "a request names at least one path".into(),
             });
         }
-        Ok(Route { id: self.registry.intern_route(scopes) })
+        Ok(Route { ledger: self.tag, id: self.registry.intern_route(scopes) })
     }
 
     /// Reserves every limit of every scope on the request's route at `now`,
     /// or nothing.
     pub fn try_acquire(&self, request: &Request, now: u64) -> Result<Permit> {
+        self.check_route(request.route)?;
         let estimate = request.estimate();
         estimate.validate()?;
         let costs = Costs::of(&estimate);
@@ -132,7 +157,7 @@ impl Ledger {
     #[cold]
     fn refusal(
         &self,
-        scopes: &[ScopeId],
+        scopes: &[ScopeIndex],
         costs: &Costs,
         scope: &Scope,
         limit: &Limit,
@@ -157,7 +182,7 @@ impl Ledger {
 
     /// Undoes, in reverse order, every reservation made before limit `l` of scope `s`.
     #[cold]
-    fn rollback(&self, scopes: &[ScopeId], s: usize, l: usize, costs: &Costs, now: u64) {
+    fn rollback(&self, scopes: &[ScopeIndex], s: usize, l: usize, costs: &Costs, now: u64) {
         for (i, &id) in scopes[..=s].iter().enumerate().rev() {
             let scope = self.registry.get(id);
             let reserved = if i == s { l } else { scope.limits.len() };
@@ -184,7 +209,11 @@ impl Ledger {
     /// reservation is already paid for; beyond it, it is charged at once.
     pub fn add_output(&self, permit: &mut Permit, tokens: u64, now: u64) -> Result<()> {
         self.check_pending(permit, now)?;
-        permit.streamed_output = permit.streamed_output.saturating_add(tokens);
+        let streamed = permit.streamed_output.saturating_add(tokens);
+        if streamed > MAX_TOKENS {
+            return Err(too_many_tokens("tokens", tokens));
+        }
+        permit.streamed_output = streamed;
         if permit.streamed_output <= permit.charged.output_tokens {
             return Ok(());
         }
@@ -200,6 +229,9 @@ impl Ledger {
     }
 
     fn check_pending(&self, permit: &mut Permit, now: u64) -> Result<()> {
+        if permit.route.ledger != self.tag {
+            return Err(foreign("permit", format!("{:?}", permit.route)));
+        }
         match permit.state {
             PermitState::Pending if now >= permit.expires_at => {
                 permit.state = PermitState::Expired;
@@ -247,8 +279,8 @@ impl Ledger {
     }
 
     /// One scope's limits at `now`.
-    pub fn scope_snapshot(&self, id: ScopeId, now: u64) -> crate::ScopeSnapshot {
-        crate::snapshot::scope(self.registry.get(id), now, self.ttl)
+    pub fn scope_snapshot(&self, id: ScopeId, now: u64) -> Result<crate::ScopeSnapshot> {
+        Ok(crate::snapshot::scope(self.scope(id)?, now, self.ttl))
     }
 
     pub(crate) fn registry(&self) -> &Registry {
@@ -268,4 +300,10 @@ impl Ledger {
             self.pending.expired_count(self.ttl.index(now)),
         )
     }
+}
+
+/// The error for a handle made by another ledger.
+#[cold]
+fn foreign(field: &'static str, value: String) -> Error {
+    Error::InvalidRequest { field, value, reason: format!("this {field} belongs to another governor") }
 }

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use thread_local::ThreadLocal;
 
 use super::limit::TTL_SLOTS;
+use super::ring::{read, Reading};
 
 /// A power of two above the live span, so a position is a mask.
 const LEN: usize = (TTL_SLOTS as usize + 1).next_power_of_two();
@@ -63,13 +64,13 @@ impl Pending {
     fn add(books: &ThreadBooks, index: u64, delta: i32) {
         let slot = &books.slots[(index & (LEN as u64 - 1)) as usize];
         let (epoch, count) = unpack(slot.load(Relaxed));
-        match (index as u32).wrapping_sub(epoch) as i32 {
-            0 => slot.store(pack(epoch, count + delta), Relaxed),
+        match read(index, epoch, TTL_SLOTS as u32, LEN) {
+            Reading::Current => slot.store(pack(epoch, count + delta), Relaxed),
             // This thread already wrote a later turn of the ring: its clock
             // ran ahead of this call's. Dropping the -1 counts the permit as
             // expired, the safe side of the books.
-            age if age < 0 => {}
-            _ => {
+            Reading::Later => {}
+            Reading::Live { .. } | Reading::Stale => {
                 books.expired.store(books.expired.load(Relaxed) + count as i64, Relaxed);
                 slot.store(pack(index as u32, delta), Relaxed);
             }
@@ -88,7 +89,7 @@ impl Pending {
             total += books.expired.load(Relaxed);
             for slot in &books.slots {
                 let (epoch, count) = unpack(slot.load(Relaxed));
-                if (index as u32).wrapping_sub(epoch) as i32 > TTL_SLOTS as i32 {
+                if read(index, epoch, TTL_SLOTS as u32, LEN) == Reading::Stale {
                     total += count as i64;
                 }
             }

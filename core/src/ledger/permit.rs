@@ -30,10 +30,11 @@ impl std::fmt::Display for PermitState {
 
 /// The scopes a request is charged on: every scope on each of its paths,
 /// each once, interned by the ledger that resolved it. Resolve it once with
-/// [`crate::Governor::route`] and reuse it; it is a plain number, valid
-/// only with that ledger.
+/// [`crate::Governor::route`] and reuse it. It is a plain pair of numbers,
+/// valid only with the governor that made it (others refuse it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Route {
+    pub(crate) ledger: u32,
     pub(crate) id: RouteId,
 }
 
@@ -49,7 +50,7 @@ impl Route {
 pub struct Request {
     /// Where to charge it.
     pub route: Route,
-    /// Estimated prompt tokens, and the part of them expected from cache.
+    /// Estimated prompt tokens, cached ones included.
     pub input_tokens: u64,
     /// Part of `input_tokens` expected to be read from the prompt cache.
     pub cached_input_tokens: u64,

@@ -8,9 +8,17 @@ use smallvec::SmallVec;
 use super::limit::{Bucket, Limit};
 use crate::{Error, Result};
 
-/// A scope interned by the governor. Cheap to copy; valid for the governor's life.
+/// A scope's position in its registry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ScopeId(pub(crate) u32);
+pub(crate) struct ScopeIndex(pub u32);
+
+/// A scope interned by a governor: cheap to copy, and valid only with the
+/// governor that made it (others refuse it with an error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ScopeId {
+    pub(crate) ledger: u32,
+    pub(crate) index: ScopeIndex,
+}
 
 /// A scope and the state of each of its limits.
 #[derive(Debug)]
@@ -50,16 +58,16 @@ pub(crate) struct RouteId(pub u32);
 /// The registry of scopes, and of the routes (sets of scopes) requests name.
 #[derive(Debug)]
 pub(crate) struct Registry {
-    by_path: papaya::HashMap<Arc<str>, ScopeId>,
+    by_path: papaya::HashMap<Arc<str>, ScopeIndex>,
     scopes: boxcar::Vec<Scope>,
     templates: Vec<Template>,
     /// Routes by id: a permit keeps a 4-byte id instead of a copy of its scopes.
-    routes: boxcar::Vec<Box<[ScopeId]>>,
-    route_ids: papaya::HashMap<Box<[ScopeId]>, RouteId>,
+    routes: boxcar::Vec<Box<[ScopeIndex]>>,
+    route_ids: papaya::HashMap<Box<[ScopeIndex]>, RouteId>,
 }
 
 /// Scope ids on a route, small enough to live inline for typical depths.
-pub(crate) type ScopeList = SmallVec<[ScopeId; 8]>;
+pub(crate) type ScopeList = SmallVec<[ScopeIndex; 8]>;
 
 impl Registry {
     /// A registry of the configured scopes (instantiated now) and templates.
@@ -79,13 +87,18 @@ impl Registry {
     }
 
     #[inline]
-    pub fn get(&self, id: ScopeId) -> &Scope {
-        &self.scopes[id.0 as usize]
+    pub fn get(&self, index: ScopeIndex) -> &Scope {
+        &self.scopes[index.0 as usize]
+    }
+
+    /// The scope at `index`, if there is one.
+    pub fn try_get(&self, index: ScopeIndex) -> Option<&Scope> {
+        self.scopes.get(index.0 as usize)
     }
 
     /// The scopes of an interned route, sorted.
     #[inline]
-    pub fn route(&self, id: RouteId) -> &[ScopeId] {
+    pub fn route(&self, id: RouteId) -> &[ScopeIndex] {
         &self.routes[id.0 as usize]
     }
 
@@ -108,17 +121,20 @@ impl Registry {
         self.scopes.count()
     }
 
-    /// Every scope, in id order.
-    pub fn iter(&self) -> impl Iterator<Item = (ScopeId, &Scope)> {
-        self.scopes.iter().map(|(i, s)| (ScopeId(i as u32), s))
+    /// Every scope reachable by its path, in index order. (A scope that lost
+    /// an instantiation race is unreachable, and left out.)
+    pub fn iter(&self) -> impl Iterator<Item = &Scope> {
+        let mut indices: Vec<ScopeIndex> = self.by_path.pin().values().copied().collect();
+        indices.sort_unstable();
+        indices.into_iter().map(|i| self.get(i))
     }
 
     /// The id of an existing scope at exactly `path`.
-    pub fn lookup(&self, path: &str) -> Option<ScopeId> {
+    pub fn lookup(&self, path: &str) -> Option<ScopeIndex> {
         self.by_path.pin().get(path).copied()
     }
 
-    fn instantiate(&self, path: &str, limits: Arc<[Limit]>) -> ScopeId {
+    fn instantiate(&self, path: &str, limits: Arc<[Limit]>) -> ScopeIndex {
         let by_path = self.by_path.pin();
         if let Some(id) = by_path.get(path) {
             return *id;
@@ -126,7 +142,7 @@ impl Registry {
         let path: Arc<str> = Arc::from(path);
         let buckets = limits.iter().map(Limit::new_bucket).collect();
         let index = self.scopes.push(Scope { path: path.clone(), limits, buckets });
-        let id = ScopeId(u32::try_from(index).expect("more than 4 billion scopes"));
+        let id = ScopeIndex(u32::try_from(index).expect("more than 4 billion scopes"));
         // Two threads may instantiate the same path at once; the loser's scope
         // stays unreachable, and both use the winner's id.
         *by_path.get_or_insert(path, id)

@@ -14,8 +14,17 @@
 //! sees the other's add, so the ring never admits past its limit; a racer may
 //! be refused spuriously while the other's rollback is in flight.
 //!
-//! Epochs wrap after 2^32 slots; an entry older than that may read as live,
-//! which can only over-count, so the ring stays on the safe side.
+//! Epochs are the low 32 bits of the slot index. Read against slot `k`, an
+//! entry is current, live (at most `span` slots old), from a later turn (at
+//! most one ring ahead: another caller's clock runs ahead of this one's), or
+//! else stale, whatever its age, so a ring idle for years, or first used at
+//! a large `now`, reads as empty. Only an entry left untouched for almost
+//! exactly a multiple of 2^32 slots can be misread, as live or later, and
+//! then only for one ring's worth of slots: it over-counts, the safe side.
+//!
+//! A slot whose count saturated (absurd usage reports) is poisoned: refunds
+//! skip it, since it no longer says how much of it is whose, and it refuses
+//! until it ages out.
 
 use super::atomic::{update, AtomicWord};
 
@@ -35,11 +44,29 @@ fn unpack(word: u64) -> (u32, u64) {
     ((word >> COUNT_BITS) as u32, word & COUNT_MASK)
 }
 
-/// How far slot `index` lies behind the entry's epoch, as a signed distance:
-/// positive for older entries, negative for entries from a later slot.
+/// How an entry reads at some slot; see the module doc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reading {
+    /// This very slot.
+    Current,
+    /// An older slot still in the window, `age` slots back.
+    Live { age: u32 },
+    /// A slot from the ring's next turn.
+    Later,
+    /// Out of the window.
+    Stale,
+}
+
+/// How the entry of epoch `epoch` reads at slot `index`, in a ring of `len`
+/// positions whose entries stay live for `span` slots.
 #[inline]
-fn age(index: u64, epoch: u32) -> i32 {
-    (index as u32).wrapping_sub(epoch) as i32
+pub(crate) fn read(index: u64, epoch: u32, span: u32, len: usize) -> Reading {
+    match (index as u32).wrapping_sub(epoch) {
+        0 => Reading::Current,
+        age if age <= span => Reading::Live { age },
+        age if age.wrapping_neg() <= len as u32 => Reading::Later,
+        _ => Reading::Stale,
+    }
 }
 
 /// What an add found in the slot it wrote.
@@ -88,19 +115,34 @@ impl<A: AtomicWord> Ring<A> {
         &self.slots[(index & (self.slots.len() as u64 - 1)) as usize]
     }
 
+    #[inline]
+    fn read(&self, index: u64, epoch: u32) -> Reading {
+        read(index, epoch, self.span, self.slots.len())
+    }
+
+    /// Every entry as `(reading, count)` at slot `index`.
+    fn readings(&self, index: u64) -> impl Iterator<Item = (Reading, u64)> + '_ {
+        self.slots.iter().map(move |s| {
+            let (epoch, count) = unpack(s.load());
+            (self.read(index, epoch), count)
+        })
+    }
+
     /// Adds `count` to slot `index`, resetting the entry first if it is stale.
     #[inline]
     pub fn add(&self, index: u64, count: u64) -> Added {
         let mut evicted = 0;
         let result = update(self.slot(index), |word| {
             let (epoch, held) = unpack(word);
-            match age(index, epoch) {
-                0 => {
+            match self.read(index, epoch) {
+                Reading::Current => {
                     evicted = 0;
                     Ok(pack(epoch, held.saturating_add(count)))
                 }
-                a if a < 0 => Err(()),
-                _ => {
+                Reading::Later => Err(()),
+                // A live entry of another index never shares a position with
+                // this one (positions repeat every `len > span` slots).
+                Reading::Live { .. } | Reading::Stale => {
                     evicted = held;
                     Ok(pack(index as u32, count))
                 }
@@ -114,12 +156,12 @@ impl<A: AtomicWord> Ring<A> {
 
     /// Takes `count` back from slot `index` if the slot still holds that
     /// index; returns whether it did. A slot already reset has aged out, and
-    /// with it the charge.
+    /// with it the charge; a saturated slot is poisoned (see the module doc).
     #[inline]
     pub fn sub(&self, index: u64, count: u64) -> bool {
         update(self.slot(index), |word| {
             let (epoch, held) = unpack(word);
-            if epoch == index as u32 {
+            if epoch == index as u32 && held < COUNT_MASK {
                 Ok(pack(epoch, held.saturating_sub(count)))
             } else {
                 Err(())
@@ -148,11 +190,8 @@ impl<A: AtomicWord> Ring<A> {
     /// Sum of the slots live at slot `index`, entries from later slots included.
     #[inline]
     pub fn live_sum(&self, index: u64) -> u64 {
-        let span = self.span as i32;
-        self.slots
-            .iter()
-            .map(|s| unpack(s.load()))
-            .filter(|&(epoch, _)| age(index, epoch) <= span)
+        self.readings(index)
+            .filter(|&(reading, _)| reading != Reading::Stale)
             .map(|(_, count)| count)
             .fold(0u64, u64::saturating_add)
     }
@@ -160,40 +199,44 @@ impl<A: AtomicWord> Ring<A> {
     /// Counts held by entries no longer live at slot `index` that no add has
     /// reset yet.
     pub fn stale_sum(&self, index: u64) -> u64 {
-        let span = self.span as i32;
-        self.slots
-            .iter()
-            .map(|s| unpack(s.load()))
-            .filter(|&(epoch, _)| age(index, epoch) > span)
+        self.readings(index)
+            .filter(|&(reading, _)| reading == Reading::Stale)
             .map(|(_, count)| count)
-            .sum()
+            .fold(0u64, u64::saturating_add)
     }
 
     /// The first slot index at or after `index` at which the live sum drops to
     /// `target` or below, assuming no further adds.
     pub fn index_when_at_most(&self, index: u64, target: u64) -> u64 {
-        let span = self.span as i32;
-        let mut live: Vec<(i32, u64)> = self
-            .slots
-            .iter()
-            .map(|s| unpack(s.load()))
-            .filter(|&(epoch, count)| count > 0 && age(index, epoch) <= span)
-            .map(|(epoch, count)| (age(index, epoch), count))
+        // Ages of the counts, oldest first (they leave the window first);
+        // entries from a later turn never leave before this one's span.
+        let mut live: Vec<(u32, u64)> = self
+            .readings(index)
+            .filter_map(|(reading, count)| match reading {
+                Reading::Current => Some((0, count)),
+                Reading::Live { age } => Some((age, count)),
+                Reading::Later | Reading::Stale => None,
+            })
             .collect();
-        // Oldest first: they leave the window first.
         live.sort_unstable_by_key(|&(age, _)| std::cmp::Reverse(age));
-        let mut sum: u64 = live.iter().map(|&(_, c)| c).sum();
-        for (slot_age, count) in live {
+        let later: u64 = self.readings(index).filter(|r| r.0 == Reading::Later).map(|r| r.1).sum();
+        let mut sum = live.iter().map(|&(_, c)| c).fold(later, u64::saturating_add);
+        for (age, count) in live {
             if sum <= target {
                 break;
             }
             sum -= count;
             if sum <= target {
-                // A slot of age `a` leaves the window `span - a + 1` slots from now.
-                return index + (span - slot_age + 1).max(0) as u64;
+                // A slot `age` old leaves the window `span - age + 1` slots from now.
+                return index.saturating_add(u64::from(self.span - age) + 1);
             }
         }
-        index
+        // Still over: the later turn's counts leave after a whole window.
+        if sum > target {
+            index.saturating_add(u64::from(self.span) + 1)
+        } else {
+            index
+        }
     }
 }
 
@@ -230,6 +273,27 @@ mod tests {
         ring.add(7, 1);
         assert_eq!(ring.add(3, 1), Added::Behind);
         assert_eq!(ring.live_sum(3), 1, "entries from later slots count as live");
+    }
+
+    #[test]
+    fn a_ring_first_used_at_a_large_index_reads_empty() {
+        let ring: Ring<AtomicU64> = Ring::new(4);
+        let far = (1u64 << 31) + 5;
+        assert_eq!(ring.live_sum(far), 0);
+        assert_eq!(ring.add(far, 1), Added::Landed { evicted: 0 });
+        // Idle for 2^31 slots: stale, not "later".
+        let later = far + (1u64 << 31) + 3;
+        assert_eq!(ring.live_sum(later), 0);
+        assert!(matches!(ring.add(later, 1), Added::Landed { .. }));
+    }
+
+    #[test]
+    fn a_saturated_slot_is_poisoned() {
+        let ring: Ring<AtomicU64> = Ring::new(4);
+        ring.add(0, 990);
+        ring.add(0, 1 << 32);
+        assert!(!ring.sub(0, 1 << 32), "no refund from a saturated slot");
+        assert_eq!(ring.live_sum(0), MAX_SLOT_COUNT);
     }
 
     #[test]

@@ -1,0 +1,63 @@
+//! Charges and refunds that reach the limits of the arithmetic stay on the
+//! safe side: absurd windows are refused, absurd token counts are errors, and
+//! a bucket or slot driven to saturation refuses rather than forgets.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use llmgov::{Clock, Config, Governor, ManualClock, Request, Usage};
+use serde_json::json;
+
+fn gov(limit: serde_json::Value) -> Governor {
+    let config = json!({"scopes": {"p": {"limits": [limit]}}});
+    Governor::with_clock(&Config::from_value(config).unwrap(), Arc::new(ManualClock::new(0))).unwrap()
+}
+
+/// A window past u64::MAX ns would saturate the bucket's burst to "always
+/// fits": such windows are refused when the config loads.
+#[test]
+fn window_past_400_days_is_refused() {
+    let config = json!({"scopes": {"p": {"limits": [{"dimension": "requests", "amount": 1, "window": "600y"}]}}});
+    let err = Config::from_value(config).unwrap().validate().unwrap_err();
+    assert_eq!(err.code(), "invalid_config");
+    assert!(err.to_string().contains("limits[0].window"), "{err}");
+}
+
+/// Streamed output past any real size is an error; the largest allowed
+/// drives the bucket to the edge of its timeline, and the refund that
+/// follows must not erase another permit's reservation.
+#[test]
+fn huge_overage_then_refund_keeps_other_reservations_bucket() {
+    let gov = gov(json!({"dimension": "tokens", "amount": 100, "window": "1m"}));
+    let route = gov.route(&["p"]).unwrap();
+    let _a = gov.try_acquire(&Request::new(route).input_tokens(60)).unwrap();
+    let mut b = gov.try_acquire(&Request::new(route).max_output_tokens(10)).unwrap();
+    assert_eq!(gov.add_output(&mut b, u64::MAX).unwrap_err().code(), "invalid_request");
+    gov.add_output(&mut b, llmgov::MAX_TOKENS).unwrap();
+    gov.settle(&mut b, Usage::new(0, 10)).unwrap();
+    // a's 60 and b's 10 are outstanding: 30 fit, not 90.
+    let c = gov.try_acquire(&Request::new(route).input_tokens(90));
+    assert!(c.is_err(), "a's 60 tokens were erased by b's refund: 90 more admitted");
+}
+
+/// Same on a sliding window: the slot count saturates at 2^32-1; the slot is
+/// then poisoned, and the refund must not wipe b's 990.
+#[test]
+fn huge_overage_then_refund_keeps_other_reservations_window() {
+    let gov = gov(json!({"dimension": "tokens", "amount": 1000, "window": "1m", "algorithm": "sliding_window"}));
+    let route = gov.route(&["p"]).unwrap();
+    let mut a = gov.try_acquire(&Request::new(route).input_tokens(10)).unwrap();
+    let _b = gov.try_acquire(&Request::new(route).input_tokens(990)).unwrap();
+    gov.add_output(&mut a, 1 << 32).unwrap();
+    gov.settle(&mut a, Usage::new(10, 0)).unwrap();
+    let c = gov.try_acquire(&Request::new(route).input_tokens(1000));
+    assert!(c.is_err(), "b's 990 tokens vanished from the window");
+}
+
+/// The manual clock never goes backwards, however far it is advanced.
+#[test]
+fn manual_clock_advance_saturates() {
+    let clock = ManualClock::new(10);
+    clock.advance(Duration::from_nanos(u64::MAX));
+    assert!(clock.now() >= 10, "clock went back to {}", clock.now());
+}
