@@ -15,9 +15,10 @@ test-rust:
 	$(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
 
-## The main job: until the simulator lands, the core example.
+## The main job: the seed batch case on the simulator, every strategy side by
+## side with the lower bound, and an SVG plot (llmgov-demo.svg).
 demo:
-	$(CARGO) run -p llmgov --example quickstart
+	$(CARGO) run -p llmgov-cli -- demo
 
 ## Criterion benchmarks (minutes; not part of `make test`).
 bench:

@@ -90,7 +90,7 @@ fn refund_racing_a_reservation_keeps_the_books() {
         params.try_reserve(&*tat, 3, 0).unwrap();
         let refunder = {
             let (params, tat) = (params.clone(), tat.clone());
-            thread::spawn(move || params.adjust(&*tat, 3, 1, 0, 0))
+            thread::spawn(move || params.adjust(&*tat, 3, 1, 0))
         };
         let reserved = params.try_reserve(&*tat, 2, 0).is_ok();
         refunder.join().unwrap();

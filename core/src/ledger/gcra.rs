@@ -7,11 +7,13 @@
 //! `tau = burst * T`. Reserving `c` units moves the TAT forward by `c * T`
 //! if that keeps it within `now + tau`. Debt moves it further.
 //!
-//! A refund moves the TAT back by no more than the part of its own charge
-//! that has not refilled yet, and never before `now`. The TAT is one
-//! timeline shared by every reservation: taking back time that has already
-//! passed would take it from reservations made since, and hand their
-//! capacity out twice.
+//! A refund gives capacity back now: it moves the TAT back, never before
+//! `now`, so the bucket never holds more than its burst. That is how a
+//! provider that reconciles reservations refunds (Anthropic charges
+//! `max_tokens` at the start and returns the unused part at the end, up to
+//! the bucket's size), so a ledger mirroring it admits what the provider
+//! admits. Over any interval, admissions minus the refunds made in it stay
+//! within the burst plus the refill (the property tests check this).
 //!
 //! Time is kept in whole nanoseconds and `T` in 32.32 fixed point, rounded
 //! up, so every charge is at least its exact value: a bucket can admit at
@@ -116,31 +118,23 @@ impl GcraParams {
         let _ = update::<A, ()>(tat, |current| Ok(current.saturating_sub(increment)));
     }
 
-    /// Moves a charge of `charged` units, made at `acquired_at`, to `actual`
-    /// units at `now`: refunds the difference still outstanding (see the
-    /// module doc), or debits the overage, even into debt.
+    /// Moves a charge of `charged` units to `actual` units at `now`: refunds
+    /// the difference (never past a full bucket) or debits the overage, even
+    /// into debt.
     #[inline]
-    pub fn adjust<A: AtomicWord>(&self, tat: &A, charged: u64, actual: u64, acquired_at: u64, now: u64) {
+    pub fn adjust<A: AtomicWord>(&self, tat: &A, charged: u64, actual: u64, now: u64) {
         if charged == actual {
             return;
         }
         let (was, is) = (self.units_to_ns(charged), self.units_to_ns(actual));
-        if is > was {
-            let _ = update::<A, ()>(tat, |current| Ok(current.max(now).saturating_add(is - was)));
-            return;
-        }
-        // The charge covered at least [acquired_at, acquired_at + was) of the
-        // timeline; what of its top `was - is` lies before `now` has refilled.
-        let outstanding = acquired_at.saturating_add(was).saturating_sub(now.max(acquired_at.saturating_add(is)));
-        let refund = (was - is).min(outstanding);
-        if refund == 0 {
-            return;
-        }
         let _ = update::<A, ()>(tat, |current| {
-            if current.saturating_sub(now) > MAX_DEBT_NS {
-                return Err(());
+            if is > was {
+                Ok(current.max(now).saturating_add(is - was))
+            } else if current.saturating_sub(now) > MAX_DEBT_NS {
+                Err(())
+            } else {
+                Ok(current.saturating_sub(was - is).max(now))
             }
-            Ok(current.saturating_sub(refund).max(now))
         });
     }
 
@@ -199,31 +193,30 @@ mod tests {
         let p = GcraParams::new(100, MINUTE, 100);
         let tat: AtomicU64 = GcraParams::new_state();
         p.try_reserve(&tat, 60, 0).unwrap();
-        p.adjust(&tat, 60, 10, 0, 0);
+        p.adjust(&tat, 60, 10, 0);
         assert_eq!(p.available(&tat, 0), 90);
         // Long after the charge has refilled, a refund creates nothing.
-        p.adjust(&tat, 10, 0, 0, 10 * MINUTE);
+        p.adjust(&tat, 10, 0, 10 * MINUTE);
         assert_eq!(p.available(&tat, 10 * MINUTE), 100);
-        p.adjust(&tat, 0, 250, 0, 10 * MINUTE);
+        p.adjust(&tat, 0, 250, 10 * MINUTE);
         assert_eq!(p.available(&tat, 10 * MINUTE), -150);
         let RetryAt(at) = p.try_reserve(&tat, 1, 10 * MINUTE).unwrap_err();
         assert!(at > 11 * MINUTE, "debt delays later admissions");
     }
 
     #[test]
-    fn refund_of_a_refilled_charge_takes_nothing_from_later_ones() {
+    fn refund_returns_capacity_now_up_to_the_burst() {
         let p = GcraParams::new(100, MINUTE, 100);
         let tat: AtomicU64 = GcraParams::new_state();
         p.try_reserve(&tat, 100, 0).unwrap();
         // The first charge has refilled; a second takes the whole bucket.
         p.try_reserve(&tat, 100, MINUTE).unwrap();
-        p.adjust(&tat, 100, 0, 0, MINUTE);
-        assert_eq!(p.available(&tat, MINUTE), 0);
-        // Half refilled: only the outstanding half comes back.
-        let tat: AtomicU64 = GcraParams::new_state();
-        p.try_reserve(&tat, 100, 0).unwrap();
-        p.adjust(&tat, 100, 0, 0, MINUTE / 2);
-        assert_eq!(p.available(&tat, MINUTE / 2), 100);
+        // The first request ends unused: as a reconciling provider does, the
+        // bucket gets its 100 back, and holds no more than its burst.
+        p.adjust(&tat, 100, 0, MINUTE);
+        assert_eq!(p.available(&tat, MINUTE), 100);
+        p.adjust(&tat, 100, 0, MINUTE);
+        assert_eq!(p.available(&tat, MINUTE), 100, "never past a full bucket");
     }
 
     #[test]
@@ -232,8 +225,8 @@ mod tests {
         let tat: AtomicU64 = GcraParams::new_state();
         p.try_reserve(&tat, 30, 0).unwrap();
         p.try_reserve(&tat, 10, 0).unwrap();
-        p.adjust(&tat, 10, u64::MAX, 0, 0);
-        p.adjust(&tat, u64::MAX, 10, 0, 0);
+        p.adjust(&tat, 10, u64::MAX, 0);
+        p.adjust(&tat, u64::MAX, 10, 0);
         assert!(p.try_reserve(&tat, 1, MINUTE).is_err(), "a saturated timeline stays closed");
     }
 

@@ -176,7 +176,7 @@ impl Limit {
     #[inline]
     pub fn adjust(&self, bucket: &Bucket, charged: u64, actual: u64, acquired_at: u64, now: u64) {
         match (&self.rule, bucket) {
-            (Rule::TokenBucket(p), Bucket::Tat(tat)) => p.adjust(tat, charged, actual, acquired_at, now),
+            (Rule::TokenBucket(p), Bucket::Tat(tat)) => p.adjust(tat, charged, actual, now),
             (Rule::SlidingWindow { slot, .. }, Bucket::Window(ring)) => {
                 adjust_window(ring, *slot, charged, actual, acquired_at, now)
             }

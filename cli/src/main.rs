@@ -1,0 +1,110 @@
+//! `llmgov`: demo, simulate, plan and mock-server.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use llmgov_cli::{plan::PlanInput, server, sim, CliError};
+
+/// A rate-limit governor for LLM APIs: simulator, mock provider and planner.
+#[derive(Parser)]
+#[command(name = "llmgov", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs the seed article's batch case (1000 requests of ~2000 tokens
+    /// against 60 RPM and 100k TPM) for every strategy, prints the table and
+    /// writes a plot of tokens admitted per minute. Needs no network.
+    Demo {
+        /// Where to write the SVG plot.
+        #[arg(long, default_value = "llmgov-demo.svg")]
+        svg: PathBuf,
+        /// Print the report as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Runs a simulation scenario file (TOML; see cli/scenarios/README.md).
+    Simulate {
+        /// The scenario file.
+        file: PathBuf,
+        /// Print the report as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Also write the tokens-per-minute plot here.
+        #[arg(long)]
+        svg: Option<PathBuf>,
+    },
+    /// Works out the sustainable request rate of a set of limits.
+    Plan {
+        #[command(flatten)]
+        input: PlanInput,
+        /// Print the plan as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serves the provider model over HTTP on loopback: OpenAI
+    /// /v1/chat/completions and Anthropic /v1/messages, plain and streamed.
+    MockServer {
+        /// The server's config (TOML; see cli/README.md).
+        #[arg(long)]
+        config: PathBuf,
+        /// Port to listen on; 0 picks a free one.
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// Address to bind.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+    },
+}
+
+fn run(command: Command) -> Result<(), CliError> {
+    match command {
+        Command::Demo { svg, json } => {
+            let report = sim::run(&sim::demo_scenario())?;
+            print_report(&report, json)?;
+            sim::write_svg(&report, &svg)?;
+            eprintln!("wrote {}", svg.display());
+        }
+        Command::Simulate { file, json, svg } => {
+            let report = sim::simulate_file(&file)?;
+            print_report(&report, json)?;
+            if let Some(svg) = svg {
+                sim::write_svg(&report, &svg)?;
+                eprintln!("wrote {}", svg.display());
+            }
+        }
+        Command::Plan { input, json } => {
+            let plan = input.plan()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&plan).expect("a plan serializes"));
+            } else {
+                print!("{plan}");
+            }
+        }
+        Command::MockServer { config, port, host } => server::serve(&config, &host, port)?,
+    }
+    Ok(())
+}
+
+fn print_report(report: &sim::Report, json: bool) -> Result<(), CliError> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report).expect("a report serializes"));
+    } else {
+        print!("{report}");
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse().command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("llmgov: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

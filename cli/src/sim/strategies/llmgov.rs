@@ -1,0 +1,208 @@
+//! llmgov as a client uses it today: the core's sans-IO ledger driven with
+//! virtual time, a scope that mirrors the provider's limits and charges each
+//! request as the provider counts it, and a plain first-come line in front
+//! (waiting and fair queues come in a later issue).
+
+use std::collections::BTreeMap;
+
+use llmgov::config::{Algorithm, LimitConfig, ScopeConfig};
+use llmgov::{Config, Dimension, Error, Ledger, Permit, Request, Route, Usage};
+
+use super::{retryable, Gate, Line};
+use crate::error::{duration_ns, CliError};
+use crate::provider::{Charging, Enforcement, ProviderConfig, ProviderDimension, ProviderUsage, Rejected};
+use crate::sim::engine::{Client, Cx, Timer};
+use crate::sim::workload::Job;
+
+/// The one scope: the provider's pool.
+const SCOPE: &str = "provider";
+
+/// Without a refusal's own advice, wait this long before sending again.
+const DEFAULT_RETRY_NS: u64 = 1_000_000_000;
+
+/// How late a timer fires. The ledger's `retry_after` is exact to the
+/// nanosecond (up to 1 ns early, as documented); waking exactly on the
+/// boundary of a provider that mirrors it would leave the outcome to the
+/// provider's rounding. Real timers fire late anyway: sleep 1 ms past it.
+const TIMER_SLACK_NS: u64 = 1_000_000;
+
+/// The core dimension that charges what the provider charges on `dimension`,
+/// given how [`reservation`] fills the request.
+fn core_dimension(charging: Charging, dimension: ProviderDimension) -> Dimension {
+    match (charging, dimension) {
+        (_, ProviderDimension::Requests) => Dimension::Requests,
+        (_, ProviderDimension::Tokens) => Dimension::Tokens,
+        (_, ProviderDimension::InputTokens) => Dimension::InputTokens,
+        // OpenAI charges max_tokens on output; the reservation puts the
+        // larger of max_tokens and the prompt estimate in the input, so the
+        // total covers it (over-charging, never under).
+        (Charging::Openai, ProviderDimension::OutputTokens) => Dimension::Tokens,
+        (_, ProviderDimension::OutputTokens) => Dimension::OutputTokens,
+    }
+}
+
+/// `(input, output)` to reserve so that each limit is charged as the
+/// provider will charge it. OpenAI charges the larger of `max_tokens` and
+/// the prompt's characters ÷ 4, for good; the others charge the prompt plus
+/// `max_tokens`, then settle on actual usage.
+fn reservation(charging: Charging, job: &Job) -> (u64, u64) {
+    match charging {
+        Charging::Openai => (job.max_tokens.max(job.prompt_estimate()), 0),
+        Charging::Anthropic | Charging::Actual => (job.input_tokens, job.max_tokens),
+    }
+}
+
+/// Slots of a mirrored sliding window: about 100 ms each, 60 to 600 of
+/// them. A window may refuse up to one slot early, so the core's default of
+/// 60 (a second per minute) would cost a minute-window client 1/60 of its
+/// throughput.
+fn slots(window_ns: u64) -> u32 {
+    const SLOT_NS: u64 = 100_000_000;
+    (window_ns / SLOT_NS).clamp(60, 600).min(window_ns / 1_000_000).max(1) as u32
+}
+
+fn limit(dimension: Dimension, amount: u64, window: Option<(&str, u64)>, algorithm: Algorithm) -> LimitConfig {
+    let sliding = algorithm == Algorithm::SlidingWindow;
+    LimitConfig {
+        dimension,
+        amount,
+        window: window.map(|(text, _)| text.to_owned()),
+        algorithm: window.map(|_| algorithm),
+        burst: None,
+        slots: window.filter(|_| sliding).map(|(_, ns)| slots(ns)),
+        count_cached_input: None,
+    }
+}
+
+fn scaled(amount: f64, factor: f64) -> u64 {
+    ((amount * factor).floor() as u64).max(1)
+}
+
+/// The ledger's config: the provider's limits (× `factor`), with any
+/// sub-window guard and concurrency, or, when the limits are unknown, a
+/// requests limit so high it never binds (a scope needs one limit).
+fn ledger_config(provider: &ProviderConfig, knows_limits: bool, factor: f64) -> Result<Config, CliError> {
+    let charging = provider.charging();
+    let mut limits = Vec::new();
+    for (i, l) in provider.limits.iter().enumerate().filter(|_| knows_limits) {
+        let dimension = core_dimension(charging, l.dimension);
+        let algorithm = match l.algorithm {
+            Enforcement::TokenBucket => Algorithm::TokenBucket,
+            Enforcement::SlidingWindow => Algorithm::SlidingWindow,
+        };
+        let window_ns = duration_ns(&format!("provider.limits[{i}].window"), &l.window)?;
+        limits.push(limit(dimension, scaled(l.amount as f64, factor), Some((&l.window, window_ns)), algorithm));
+        if let Some(every) = &l.enforce_every {
+            // The provider also holds amount × every ÷ window per `every`.
+            let every_ns = duration_ns(&format!("provider.limits[{i}].enforce_every"), every)?;
+            let amount = (l.amount as f64 * every_ns as f64 / window_ns as f64).max(1.0);
+            limits.push(limit(dimension, scaled(amount, factor), Some((every, every_ns)), algorithm));
+        }
+    }
+    if let Some(c) = provider.concurrency.filter(|_| knows_limits) {
+        limits.push(limit(Dimension::Concurrency, scaled(c as f64, factor), None, Algorithm::TokenBucket));
+    }
+    if limits.is_empty() {
+        limits.push(limit(Dimension::Requests, 1 << 40, Some(("1m", 60_000_000_000)), Algorithm::TokenBucket));
+    }
+    let scope = ScopeConfig { safety_margin: None, limits };
+    Ok(Config { scopes: BTreeMap::from([(SCOPE.to_owned(), scope)]), ..Config::default() })
+}
+
+/// The ledger, the permits of requests in flight, and the line.
+pub(crate) struct Llmgov {
+    ledger: Ledger,
+    route: Route,
+    charging: Charging,
+    permits: Vec<Option<Permit>>,
+    line: Line,
+    /// Whether settling can refund tokens or free a concurrency slot.
+    settling_frees: bool,
+}
+
+impl Llmgov {
+    pub fn new(provider: &ProviderConfig, knows_limits: bool, factor: f64, jobs: usize) -> Result<Self, CliError> {
+        let ledger = Ledger::new(&ledger_config(provider, knows_limits, factor)?)?;
+        let route = ledger.route(&[SCOPE])?;
+        let permits = (0..jobs).map(|_| None).collect();
+        let charging = provider.charging();
+        let settling_frees = charging != Charging::Openai || (knows_limits && provider.concurrency.is_some());
+        Ok(Llmgov { ledger, route, charging, permits, line: Line::default(), settling_frees })
+    }
+
+    /// Tries the heads of the line against the ledger.
+    fn pump(&mut self, now: u64, cx: &mut Cx) -> Result<(), CliError> {
+        let Llmgov { ledger, route, charging, permits, line, .. } = self;
+        line.pump(now, cx, |job| {
+            let (input, output) = reservation(*charging, job);
+            let request = Request::new(*route).input_tokens(input).max_output_tokens(output);
+            match ledger.try_acquire(&request, now) {
+                Ok(permit) => {
+                    permits[job.id] = Some(permit);
+                    Ok(Gate::Go)
+                }
+                Err(Error::RateLimited { retry_after: Some(wait), .. }) => {
+                    let wait = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+                    Ok(Gate::Until(now.saturating_add(wait).saturating_add(TIMER_SLACK_NS)))
+                }
+                Err(Error::RateLimited { retry_after: None, .. }) => Ok(Gate::Release),
+                Err(Error::NeverFits { .. }) => Ok(Gate::Never),
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+
+    fn permit(&mut self, job: usize) -> Permit {
+        self.permits[job].take().expect("a request in flight holds a permit")
+    }
+}
+
+impl Client for Llmgov {
+    fn arrive(&mut self, now: u64, job: usize, cx: &mut Cx) -> Result<(), CliError> {
+        if self.line.push(&cx.jobs[job]) {
+            self.pump(now, cx)?;
+        }
+        Ok(())
+    }
+
+    fn wake(&mut self, now: u64, timer: Timer, cx: &mut Cx) -> Result<(), CliError> {
+        match timer {
+            Timer::Retry(job) => self.arrive(now, job, cx),
+            Timer::Gate => {
+                self.line.timer_fired(now);
+                self.pump(now, cx)
+            }
+        }
+    }
+
+    /// The provider refused what the ledger let through (its limits were
+    /// wrong or unknown): nothing was used, so cancel, and send again when
+    /// the provider says.
+    fn rejected(&mut self, now: u64, job: usize, rejected: &Rejected, cx: &mut Cx) -> Result<(), CliError> {
+        let mut permit = self.permit(job);
+        self.ledger.cancel(&mut permit, now)?;
+        if retryable(rejected.kind) {
+            cx.at(now + rejected.retry_after_ns.unwrap_or(DEFAULT_RETRY_NS).max(1), Timer::Retry(job));
+        } else {
+            cx.fail(job);
+        }
+        // The refund may let the head through.
+        self.pump(now, cx)
+    }
+
+    fn finished(&mut self, now: u64, job: usize, usage: ProviderUsage, cx: &mut Cx) -> Result<(), CliError> {
+        let mut permit = self.permit(job);
+        let actual = match self.charging {
+            // OpenAI gives nothing back: settle on what it charged.
+            Charging::Openai => permit.charged(),
+            Charging::Anthropic | Charging::Actual => Usage::new(usage.input_tokens, usage.output_tokens),
+        };
+        self.ledger.settle(&mut permit, actual, now)?;
+        // A refund or a freed slot may let the head through; otherwise its
+        // timer stands.
+        if self.settling_frees && !self.line.is_empty() {
+            self.pump(now, cx)?;
+        }
+        Ok(())
+    }
+}
