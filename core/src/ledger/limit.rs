@@ -185,11 +185,11 @@ impl Limit {
         }
     }
 
-    /// Frees the concurrency slot taken at `acquired_at`.
+    /// Frees the concurrency slot taken in permit-TTL slot `ttl_slot`.
     #[inline]
-    pub fn release(&self, bucket: &Bucket, acquired_at: u64, ttl: TtlSlots) {
+    pub fn release(&self, bucket: &Bucket, ttl_slot: u64) {
         if let Bucket::Concurrency(in_flight) = bucket {
-            in_flight.ring.sub(ttl.index(acquired_at), 1);
+            in_flight.ring.sub(ttl_slot, 1);
         }
     }
 

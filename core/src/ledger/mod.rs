@@ -146,6 +146,7 @@ impl Ledger {
             charged: estimate,
             streamed_output: 0,
             acquired_at: now,
+            ttl_slot: index,
             expires_at: self.ttl.expires_at(index),
             state: PermitState::Pending,
         })
@@ -247,17 +248,16 @@ impl Ledger {
     /// `None`), frees its slots and marks it `state`.
     fn finish(&self, permit: &mut Permit, actual: Option<&Usage>, state: PermitState, now: u64) -> Result<()> {
         self.check_pending(permit, now)?;
-        let ttl = self.ttl;
         let charged = Costs::of(&permit.charged);
         let actual = actual.map_or(Costs::NONE, Costs::of);
         self.for_each_limit(permit, |limit, bucket| {
             if limit.dimension == crate::Dimension::Concurrency {
-                limit.release(bucket, permit.acquired_at, ttl);
+                limit.release(bucket, permit.ttl_slot);
             } else if limit.cost(&charged) != limit.cost(&actual) {
                 limit.adjust(bucket, limit.cost(&charged), limit.cost(&actual), permit.acquired_at, now);
             }
         });
-        self.pending.finished(self.ttl.index(permit.acquired_at));
+        self.pending.finished(permit.ttl_slot);
         permit.state = state;
         Ok(())
     }

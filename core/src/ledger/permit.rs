@@ -103,6 +103,8 @@ pub struct Permit {
     /// Output reported by [`crate::Governor::add_output`] so far.
     pub(crate) streamed_output: u64,
     pub(crate) acquired_at: u64,
+    /// The permit-TTL slot it was admitted in (kept, not recomputed at settle).
+    pub(crate) ttl_slot: u64,
     pub(crate) expires_at: u64,
     pub(crate) state: PermitState,
 }

@@ -175,18 +175,21 @@ impl Client for Llmgov {
         }
     }
 
-    /// The provider refused what the ledger let through (its limits were
-    /// wrong or unknown): nothing was used, so cancel, and send again when
-    /// the provider says.
+    /// The provider refused what the ledger let through: its limits are
+    /// wrong or unknown. The attempt keeps its local charge (settled as
+    /// estimated rather than cancelled), so a ledger that believes in too
+    /// much capacity still paces its retries instead of handing the same
+    /// capacity straight back to the next attempt. Reading the provider's
+    /// headers and 429s to correct the limits is a later issue's feedback.
     fn rejected(&mut self, now: u64, job: usize, rejected: &Rejected, cx: &mut Cx) -> Result<(), CliError> {
         let mut permit = self.permit(job);
-        self.ledger.cancel(&mut permit, now)?;
+        let charged = permit.charged();
+        self.ledger.settle(&mut permit, charged, now)?;
         if retryable(rejected.kind) {
             cx.at(now + rejected.retry_after_ns.unwrap_or(DEFAULT_RETRY_NS).max(1), Timer::Retry(job));
         } else {
             cx.fail(job);
         }
-        // The refund may let the head through.
         self.pump(now, cx)
     }
 
