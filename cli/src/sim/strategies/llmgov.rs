@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use llmgov::config::{Algorithm, LimitConfig, ScopeConfig};
 use llmgov::{Config, Dimension, Error, Ledger, Permit, Request, Route, Usage};
 
-use super::{retryable, Gate, Line};
+use super::{retryable, Gate, Gated, Line};
 use crate::error::{duration_ns, CliError};
 use crate::provider::{Charging, Enforcement, ProviderConfig, ProviderDimension, ProviderUsage, Rejected};
 use crate::sim::engine::{Client, Cx, Timer};
@@ -130,6 +130,16 @@ impl Llmgov {
         Ok(Llmgov { ledger, route, charging, permits, line: Line::default(), settling_frees })
     }
 
+    fn permit(&mut self, job: usize) -> Permit {
+        self.permits[job].take().expect("a request in flight holds a permit")
+    }
+}
+
+impl Gated for Llmgov {
+    fn line(&mut self) -> &mut Line {
+        &mut self.line
+    }
+
     /// Tries the heads of the line against the ledger.
     fn pump(&mut self, now: u64, cx: &mut Cx) -> Result<(), CliError> {
         let Llmgov { ledger, route, charging, permits, line, .. } = self;
@@ -151,28 +161,15 @@ impl Llmgov {
             }
         })
     }
-
-    fn permit(&mut self, job: usize) -> Permit {
-        self.permits[job].take().expect("a request in flight holds a permit")
-    }
 }
 
 impl Client for Llmgov {
     fn arrive(&mut self, now: u64, job: usize, cx: &mut Cx) -> Result<(), CliError> {
-        if self.line.push(&cx.jobs[job]) {
-            self.pump(now, cx)?;
-        }
-        Ok(())
+        self.arrive_gated(now, job, cx)
     }
 
     fn wake(&mut self, now: u64, timer: Timer, cx: &mut Cx) -> Result<(), CliError> {
-        match timer {
-            Timer::Retry(job) => self.arrive(now, job, cx),
-            Timer::Gate => {
-                self.line.timer_fired(now);
-                self.pump(now, cx)
-            }
-        }
+        self.wake_gated(now, timer, cx)
     }
 
     /// The provider refused what the ledger let through: its limits are

@@ -26,6 +26,32 @@ fn retryable(kind: RejectionKind) -> bool {
     }
 }
 
+/// A client that keeps its requests in a [`Line`] and lets them through
+/// with its own gate: new arrivals and retries join the line, and the
+/// gate's timer reopens it.
+trait Gated {
+    fn line(&mut self) -> &mut Line;
+    /// Lets through what the gate allows now.
+    fn pump(&mut self, now: u64, cx: &mut Cx) -> Result<(), CliError>;
+
+    fn arrive_gated(&mut self, now: u64, job: usize, cx: &mut Cx) -> Result<(), CliError> {
+        if self.line().push(&cx.jobs[job]) {
+            self.pump(now, cx)?;
+        }
+        Ok(())
+    }
+
+    fn wake_gated(&mut self, now: u64, timer: Timer, cx: &mut Cx) -> Result<(), CliError> {
+        match timer {
+            Timer::Retry(job) => self.arrive_gated(now, job, cx),
+            Timer::Gate => {
+                self.line().timer_fired(now);
+                self.pump(now, cx)
+            }
+        }
+    }
+}
+
 /// The strategy's name in the table.
 pub(crate) fn label(strategy: &Strategy) -> String {
     let s = |ns: u64| humantime::format_duration(std::time::Duration::from_nanos(ns)).to_string();

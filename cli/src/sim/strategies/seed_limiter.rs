@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 
-use super::{per_minute, retryable, Gate, Line};
+use super::{per_minute, retryable, Gate, Gated, Line};
 use crate::error::CliError;
 use crate::provider::{ProviderConfig, ProviderDimension, ProviderUsage, Rejected};
 use crate::sim::engine::{Client, Cx, Timer};
@@ -80,6 +80,12 @@ impl SeedLimiter {
         let polls = (passes_at - now).div_ceil(self.poll_ns).max(1);
         Gate::Until(now + polls * self.poll_ns)
     }
+}
+
+impl Gated for SeedLimiter {
+    fn line(&mut self) -> &mut Line {
+        &mut self.line
+    }
 
     fn pump(&mut self, now: u64, cx: &mut Cx) -> Result<(), CliError> {
         let mut line = std::mem::take(&mut self.line);
@@ -91,20 +97,11 @@ impl SeedLimiter {
 
 impl Client for SeedLimiter {
     fn arrive(&mut self, now: u64, job: usize, cx: &mut Cx) -> Result<(), CliError> {
-        if self.line.push(&cx.jobs[job]) {
-            self.pump(now, cx)?;
-        }
-        Ok(())
+        self.arrive_gated(now, job, cx)
     }
 
     fn wake(&mut self, now: u64, timer: Timer, cx: &mut Cx) -> Result<(), CliError> {
-        match timer {
-            Timer::Retry(job) => self.arrive(now, job, cx),
-            Timer::Gate => {
-                self.line.timer_fired(now);
-                self.pump(now, cx)
-            }
-        }
+        self.wake_gated(now, timer, cx)
     }
 
     /// The article's limiter has no retry of its own: a refused request
