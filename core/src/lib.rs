@@ -44,15 +44,18 @@ mod clock;
 pub mod config;
 mod dimension;
 mod error;
+pub mod feedback;
 mod governor;
 pub mod ledger;
 mod snapshot;
 mod time;
+pub mod tokens;
 
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::Config;
 pub use dimension::{Dimension, Usage, MAX_TOKENS};
 pub use error::{Error, Result};
+pub use feedback::{classify_response, Classification, LimitDimension, LimitKind, ProviderHint};
 pub use governor::Governor;
 pub use ledger::permit::{Permit, PermitState, Request, Route};
 pub use ledger::registry::ScopeId;

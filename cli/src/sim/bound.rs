@@ -125,7 +125,7 @@ pub(crate) fn lower_bound(
         let name = format!("{}/{window}", limit.dimension.as_str());
         let seconds = (last_admission + min_service + d) / 1e9;
         if limit.dimension != ProviderDimension::Requests
-            && token_limit.as_ref().map_or(true, |(best, _)| seconds > *best)
+            && token_limit.as_ref().is_none_or(|(best, _)| seconds > *best)
         {
             let per_minute = limit.amount * 60e9 / limit.window_ns as f64;
             token_limit = Some((seconds, TokenLimit { limit: name.clone(), dimension: limit.dimension, per_minute }));

@@ -41,7 +41,7 @@ pub(crate) struct Template {
 impl Template {
     fn matches(&self, segments: &[&str]) -> bool {
         self.segments.len() == segments.len()
-            && self.segments.iter().zip(segments).all(|(t, s)| t.as_deref().map_or(true, |t| t == *s))
+            && self.segments.iter().zip(segments).all(|(t, s)| t.as_deref().is_none_or(|t| t == *s))
     }
 
     /// Literal segments, leftmost weighted highest: the most specific

@@ -41,7 +41,7 @@ impl SeedLimiter {
     }
 
     fn passes(&self, len: usize, total: u64, estimate: u64) -> bool {
-        self.rpm.map_or(true, |rpm| (len as u64) < rpm) && self.tpm.map_or(true, |tpm| total + estimate <= tpm)
+        self.rpm.is_none_or(|rpm| (len as u64) < rpm) && self.tpm.is_none_or(|tpm| total + estimate <= tpm)
     }
 
     /// The article's `_cleanup`: entries older than 60 s leave the window.
