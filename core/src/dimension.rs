@@ -109,8 +109,9 @@ impl Usage {
     }
 }
 
-/// Which of a request's quantities a limit charges: its dimension, and for
-/// input, whether cache reads count.
+/// Which of a request's quantities a limit charges: its dimension, for
+/// input whether cache reads count, and for output whether the limit
+/// reserves `max_tokens` or the expected output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CostKind {
     /// One per request: the requests and concurrency dimensions.
@@ -120,47 +121,65 @@ pub(crate) enum CostKind {
     Output,
     Tokens,
     UncachedTokens,
+    ExpectedOutput,
+    ExpectedTokens,
+    UncachedExpectedTokens,
 }
 
 impl CostKind {
-    pub fn of(dimension: Dimension, count_cached_input: bool) -> Self {
-        match (dimension, count_cached_input) {
-            (Dimension::Requests | Dimension::Concurrency, _) => CostKind::One,
-            (Dimension::InputTokens, true) => CostKind::Input,
-            (Dimension::InputTokens, false) => CostKind::UncachedInput,
-            (Dimension::OutputTokens, _) => CostKind::Output,
-            (Dimension::Tokens, true) => CostKind::Tokens,
-            (Dimension::Tokens, false) => CostKind::UncachedTokens,
+    pub fn of(dimension: Dimension, count_cached_input: bool, reserve_expected: bool) -> Self {
+        use CostKind::*;
+        match (dimension, count_cached_input, reserve_expected) {
+            (Dimension::Requests | Dimension::Concurrency, _, _) => One,
+            (Dimension::InputTokens, true, _) => Input,
+            (Dimension::InputTokens, false, _) => UncachedInput,
+            (Dimension::OutputTokens, _, false) => Output,
+            (Dimension::OutputTokens, _, true) => ExpectedOutput,
+            (Dimension::Tokens, true, false) => Tokens,
+            (Dimension::Tokens, false, false) => UncachedTokens,
+            (Dimension::Tokens, true, true) => ExpectedTokens,
+            (Dimension::Tokens, false, true) => UncachedExpectedTokens,
         }
     }
 
     /// Whether output tokens count: streamed output must be charged here.
     pub fn counts_output(self) -> bool {
-        matches!(self, CostKind::Output | CostKind::Tokens | CostKind::UncachedTokens)
+        !matches!(self, CostKind::One | CostKind::Input | CostKind::UncachedInput)
     }
 }
 
 /// What one usage costs on each [`CostKind`], worked out once per call
 /// instead of once per limit (a route of six scopes has two dozen limits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Costs([u64; 6]);
+pub(crate) struct Costs([u64; 9]);
 
 impl Costs {
     /// Costs of nothing at all: what a cancelled request is charged.
-    pub const NONE: Costs = Costs([0; 6]);
+    pub const NONE: Costs = Costs([0; 9]);
 
+    /// The costs of `usage`, where limits that reserve the expected output
+    /// count `expected_output` instead of `usage.output_tokens`.
     #[inline]
-    pub fn of(usage: &Usage) -> Self {
-        let uncached = usage.input_tokens - usage.cached_input_tokens;
-        let out = usage.output_tokens;
+    pub fn of(usage: &Usage, expected_output: u64) -> Self {
+        let (input, uncached) = (usage.input_tokens, usage.input_tokens - usage.cached_input_tokens);
+        let (out, expected) = (usage.output_tokens, expected_output);
         Costs([
             1,
-            usage.input_tokens,
+            input,
             uncached,
             out,
-            usage.input_tokens.saturating_add(out),
+            input.saturating_add(out),
             uncached.saturating_add(out),
+            expected,
+            input.saturating_add(expected),
+            uncached.saturating_add(expected),
         ])
+    }
+
+    /// The costs of an actual usage: there is no expectation left.
+    #[inline]
+    pub fn actual(usage: &Usage) -> Self {
+        Self::of(usage, usage.output_tokens)
     }
 
     #[inline]

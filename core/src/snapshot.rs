@@ -55,6 +55,11 @@ pub struct LimitSnapshot {
     pub available: i64,
     /// What is taken: charged and not yet refilled or aged out, or in flight.
     pub in_use: u64,
+    /// Output and token limits: what each request reserves for its output,
+    /// `max_tokens` or `expected`. Where it is `max_tokens`, a tighter
+    /// `max_tokens` on requests raises throughput.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reserves_output: Option<&'static str>,
     /// Concurrency only: permits that expired holding a slot here.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expired: Option<u64>,
@@ -99,6 +104,7 @@ pub(crate) fn scope(scope: &Scope, now: u64, ttl: TtlSlots) -> ScopeSnapshot {
                 window_ms: limit.window_ns.map(|ns| ns / NS_PER_MS),
                 available,
                 in_use,
+                reserves_output: limit.reserves_output(),
                 expired: limit.expired_at(bucket, now, ttl),
             }
         })

@@ -42,6 +42,7 @@ enum Step {
         #[serde(default)] input_tokens: u64,
         #[serde(default)] cached_input_tokens: u64,
         #[serde(default)] max_output_tokens: u64,
+        expected_output_tokens: Option<u64>,
         expect: Expect,
     },
     Settle {
@@ -126,9 +127,17 @@ impl Run {
                 self.clock.advance(Duration::from_millis(ms));
                 Ok(())
             }
-            Step::Acquire { permit, paths, input_tokens, cached_input_tokens, max_output_tokens, .. } => {
+            Step::Acquire {
+                permit,
+                paths,
+                input_tokens,
+                cached_input_tokens,
+                max_output_tokens,
+                expected_output_tokens,
+                ..
+            } => {
                 let estimate = Usage::new(input_tokens, max_output_tokens).with_cached_input(cached_input_tokens);
-                covers(&expected, &self.acquire(permit, &paths, estimate)?, &[])
+                covers(&expected, &self.acquire(permit, &paths, estimate, expected_output_tokens)?, &[])
             }
             Step::Settle { permit, input_tokens, cached_input_tokens, output_tokens, .. } => {
                 let usage = Usage::new(input_tokens, output_tokens).with_cached_input(cached_input_tokens);
@@ -160,15 +169,22 @@ impl Run {
     }
 
     /// Routes and reserves; a bad path is an outcome of the acquire, like a refusal.
-    fn acquire(&mut self, name: Option<String>, paths: &[String], estimate: Usage) -> Result<Value, String> {
+    fn acquire(
+        &mut self,
+        name: Option<String>,
+        paths: &[String],
+        estimate: Usage,
+        expected_output: Option<u64>,
+    ) -> Result<Value, String> {
         if let Some(name) = name.as_ref().filter(|n| self.permits.contains_key(*n)) {
             return Err(format!("permit name `{name}` is used twice in this scenario"));
         }
         let result = self.gov.route(paths).and_then(|route| {
-            let request = Request::new(route)
+            let mut request = Request::new(route)
                 .input_tokens(estimate.input_tokens)
                 .cached_input_tokens(estimate.cached_input_tokens)
                 .max_output_tokens(estimate.output_tokens);
+            request.expected_output_tokens = expected_output;
             self.gov.try_acquire(&request)
         });
         let actual = outcome(&result, "admitted");

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Algorithm, Config, LimitConfig};
+use super::{Algorithm, Config, LimitConfig, OutputReservation};
 use crate::dimension::CostKind;
 use crate::ledger::gcra::{GcraParams, MAX_DEBT_NS};
 use crate::ledger::limit::{Limit, Rule, SlotWidth};
@@ -118,7 +118,7 @@ fn compile_limit(field: &str, limit: &LimitConfig, margin: f64) -> Result<Limit>
     let base = Limit {
         dimension: limit.dimension,
         rule: Rule::Concurrency { max: amount },
-        cost_kind: CostKind::of(limit.dimension, count_cached_input),
+        cost_kind: CostKind::of(limit.dimension, count_cached_input, reserve_expected(&at, limit)?),
         configured_amount: limit.amount,
         amount,
         burst: amount,
@@ -210,6 +210,19 @@ fn sliding_window(
     }
     // Rounding the slot up only lengthens the window: the safe side.
     Ok(Rule::SlidingWindow { amount, slot: SlotWidth::new(window_ns.div_ceil(u64::from(slots))), slots })
+}
+
+/// Whether the limit reserves the expected output rather than `max_tokens`.
+fn reserve_expected(at: &dyn Fn(&str) -> String, limit: &LimitConfig) -> Result<bool> {
+    match (limit.reserve_output, limit.dimension) {
+        (None | Some(OutputReservation::MaxTokens), _) => Ok(false),
+        (Some(OutputReservation::Expected), Dimension::OutputTokens | Dimension::Tokens) => Ok(true),
+        (Some(OutputReservation::Expected), d) => Err(Error::config(
+            at("reserve_output"),
+            "expected",
+            format!("only output_tokens and tokens count output, not {d}"),
+        )),
+    }
 }
 
 fn scaled(amount: u64, margin: f64, field: &str) -> Result<u64> {

@@ -70,6 +70,20 @@ pub enum Algorithm {
     SlidingWindow,
 }
 
+/// What a limit that counts output reserves for it at admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputReservation {
+    /// The request's `max_tokens`: for providers that charge it at admission
+    /// (OpenAI's limiter, Anthropic's output estimate). The default.
+    MaxTokens,
+    /// The request's expected output (e.g. a quantile of past outputs), for
+    /// providers that charge actual usage and for llmgov's own budgets. A
+    /// tighter `max_tokens` raises throughput on `max_tokens` limits; this
+    /// one raises it without touching requests.
+    Expected,
+}
+
 impl Algorithm {
     /// The name used in configs.
     pub fn as_str(self) -> &'static str {
@@ -107,6 +121,10 @@ pub struct LimitConfig {
     /// Default true; Anthropic's input limits do not count cache reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count_cached_input: Option<bool>,
+    /// Output and token dimensions: what to reserve for the output.
+    /// Default `max_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve_output: Option<OutputReservation>,
 }
 
 impl Config {

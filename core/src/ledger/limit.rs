@@ -123,6 +123,15 @@ impl Limit {
         }
     }
 
+    /// For limits that count output, what they reserve for it.
+    pub fn reserves_output(&self) -> Option<&'static str> {
+        match self.cost_kind {
+            CostKind::ExpectedOutput | CostKind::ExpectedTokens | CostKind::UncachedExpectedTokens => Some("expected"),
+            kind if kind.counts_output() => Some("max_tokens"),
+            _ => None,
+        }
+    }
+
     /// What a request of these costs costs on this limit.
     #[inline]
     pub fn cost(&self, costs: &Costs) -> u64 {

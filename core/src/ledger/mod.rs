@@ -125,7 +125,8 @@ impl Ledger {
         self.check_route(request.route)?;
         let estimate = request.estimate();
         estimate.validate()?;
-        let costs = Costs::of(&estimate);
+        let expected_output = request.expected_output();
+        let costs = Costs::of(&estimate, expected_output);
         let scopes = self.registry.route(request.route.id);
         for (s, &id) in scopes.iter().enumerate() {
             let scope = self.registry.get(id);
@@ -144,6 +145,7 @@ impl Ledger {
         Ok(Permit {
             route: request.route,
             charged: estimate,
+            charged_expected_output: expected_output,
             streamed_output: 0,
             acquired_at: now,
             ttl_slot: index,
@@ -215,17 +217,19 @@ impl Ledger {
             return Err(too_many_tokens("tokens", tokens));
         }
         permit.streamed_output = streamed;
-        if permit.streamed_output <= permit.charged.output_tokens {
+        let (output, expected) = (permit.charged.output_tokens, permit.charged_expected_output);
+        if streamed <= output.min(expected) {
             return Ok(());
         }
-        let raised = Usage { output_tokens: permit.streamed_output, ..permit.charged };
-        let (was, is) = (Costs::of(&permit.charged), Costs::of(&raised));
+        let raised = Usage { output_tokens: output.max(streamed), ..permit.charged };
+        let raised_expected = expected.max(streamed);
+        let (was, is) = (Costs::of(&permit.charged, expected), Costs::of(&raised, raised_expected));
         self.for_each_limit(permit, |limit, bucket| {
-            if limit.cost_kind.counts_output() {
+            if limit.cost_kind.counts_output() && limit.cost(&was) != limit.cost(&is) {
                 limit.adjust(bucket, limit.cost(&was), limit.cost(&is), permit.acquired_at, now);
             }
         });
-        permit.charged = raised;
+        (permit.charged, permit.charged_expected_output) = (raised, raised_expected);
         Ok(())
     }
 
@@ -248,8 +252,8 @@ impl Ledger {
     /// `None`), frees its slots and marks it `state`.
     fn finish(&self, permit: &mut Permit, actual: Option<&Usage>, state: PermitState, now: u64) -> Result<()> {
         self.check_pending(permit, now)?;
-        let charged = Costs::of(&permit.charged);
-        let actual = actual.map_or(Costs::NONE, Costs::of);
+        let charged = Costs::of(&permit.charged, permit.charged_expected_output);
+        let actual = actual.map_or(Costs::NONE, Costs::actual);
         self.for_each_limit(permit, |limit, bucket| {
             if limit.dimension == crate::Dimension::Concurrency {
                 limit.release(bucket, permit.ttl_slot);

@@ -54,15 +54,20 @@ pub struct Request {
     pub input_tokens: u64,
     /// Part of `input_tokens` expected to be read from the prompt cache.
     pub cached_input_tokens: u64,
-    /// Output tokens to reserve (typically the request's `max_tokens`).
+    /// The request's `max_tokens`: the output reserved on limits that
+    /// reserve `max_tokens`, and a cap on every output charge.
     pub max_output_tokens: u64,
+    /// The output expected (e.g. a quantile of this route's past outputs),
+    /// reserved instead of `max_output_tokens` on limits configured with
+    /// `reserve_output = "expected"`. `None` reserves `max_output_tokens`.
+    pub expected_output_tokens: Option<u64>,
 }
 
 impl Request {
     /// A request on `route` reserving nothing but a request (and a
     /// concurrency slot); add tokens with the builder methods.
     pub fn new(route: Route) -> Self {
-        Request { route, input_tokens: 0, cached_input_tokens: 0, max_output_tokens: 0 }
+        Request { route, input_tokens: 0, cached_input_tokens: 0, max_output_tokens: 0, expected_output_tokens: None }
     }
 
     /// Sets the estimated prompt tokens.
@@ -83,6 +88,19 @@ impl Request {
         self
     }
 
+    /// Sets the output expected, reserved where limits reserve the expected
+    /// output rather than `max_tokens`.
+    pub fn expected_output_tokens(mut self, n: u64) -> Self {
+        self.expected_output_tokens = Some(n);
+        self
+    }
+
+    /// What limits that reserve the expected output reserve: never more
+    /// than `max_output_tokens`.
+    pub(crate) fn expected_output(&self) -> u64 {
+        self.expected_output_tokens.map_or(self.max_output_tokens, |e| e.min(self.max_output_tokens))
+    }
+
     pub(crate) fn estimate(&self) -> Usage {
         Usage {
             input_tokens: self.input_tokens,
@@ -100,6 +118,8 @@ pub struct Permit {
     pub(crate) route: Route,
     /// What is charged so far: the estimate, raised by streamed output beyond it.
     pub(crate) charged: Usage,
+    /// What is charged so far on limits that reserve the expected output.
+    pub(crate) charged_expected_output: u64,
     /// Output reported by [`crate::Governor::add_output`] so far.
     pub(crate) streamed_output: u64,
     pub(crate) acquired_at: u64,
@@ -115,9 +135,15 @@ impl Permit {
         self.state
     }
 
-    /// What is charged so far on its behalf.
+    /// What is charged so far on its behalf (on limits that reserve
+    /// `max_tokens`; see [`Self::charged_expected_output`] for the others).
     pub fn charged(&self) -> Usage {
         self.charged
+    }
+
+    /// The output charged so far on limits that reserve the expected output.
+    pub fn charged_expected_output(&self) -> u64 {
+        self.charged_expected_output
     }
 
     /// When it was granted, in the governor clock's nanoseconds.

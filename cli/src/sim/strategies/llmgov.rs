@@ -71,6 +71,7 @@ fn limit(dimension: Dimension, amount: u64, window: Option<(&str, u64)>, algorit
         burst: None,
         slots: window.filter(|_| sliding).map(|(_, ns)| slots(ns)),
         count_cached_input: None,
+        reserve_output: None,
     }
 }
 
