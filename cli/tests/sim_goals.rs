@@ -71,6 +71,31 @@ fn unknown_output_lengths() {
     assert_goals("unknown_output_lengths");
 }
 
+/// Against a provider that charges actual usage, reserving the learned p95
+/// of the outputs (capped at max_tokens) finishes the backlog sooner than
+/// reserving max_tokens, with no provider 429 either way.
+#[test]
+fn learned_output_reservation_beats_max_tokens_on_actual_charging() {
+    let name = "unknown_outputs_actual_charging";
+    let report = sim::simulate_file(&scenario_path(name)).unwrap();
+    println!("{report}");
+    let (max_tokens, learned) = (row(&report, "llmgov"), row(&report, "llmgov (learned output)"));
+    for s in [max_tokens, learned] {
+        assert_eq!(s.provider_429s, 0, "{name}: {} drew provider 429s\n{report}", s.name);
+        assert_eq!(s.success_rate, 1.0, "{name}: {}\n{report}", s.name);
+        assert_eq!(s.retry_amplification, 1.0, "{name}: {}\n{report}", s.name);
+    }
+    assert!(
+        learned.makespan_s < 0.9 * max_tokens.makespan_s,
+        "{name}: learned {:.1} s vs max_tokens {:.1} s\n{report}",
+        learned.makespan_s,
+        max_tokens.makespan_s
+    );
+    for s in &report.strategies {
+        assert!(s.bound_ratio >= 1.0, "{name}: {} beat the lower bound\n{report}", s.name);
+    }
+}
+
 #[test]
 fn the_same_seed_gives_the_same_report_and_another_seed_another() {
     let text = std::fs::read_to_string(scenario_path("tenants_3_to_1")).unwrap();
@@ -148,6 +173,16 @@ fn a_malformed_scenario_names_the_file_the_field_and_the_value() {
     }
     let err = sim::simulate_file(&dir.join("missing.toml")).unwrap_err().to_string();
     assert!(err.contains("missing.toml"), "{err}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn reserve_applies_only_to_llmgov() {
+    let dir = temp_dir("reserve");
+    let err = simulate_edited(&dir, "sleep = \"10s\"", "sleep = \"10s\"\nreserve = \"learned\"");
+    assert!(err.contains("strategies[0].reserve") && err.contains("`learned`"), "{err}");
+    let err = simulate_edited(&dir, "kind = \"llmgov\"", "kind = \"llmgov\"\nreserve = \"p95\"");
+    assert!(err.contains("reserve") && err.contains("p95"), "{err}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 

@@ -153,6 +153,30 @@ pub enum StrategyKind {
     Llmgov,
 }
 
+/// What llmgov reserves for a request's output on limits where the provider
+/// charges actual usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputReserve {
+    /// The request's `max_tokens`, as the provider's own limiter would hold it.
+    #[default]
+    MaxTokens,
+    /// The p95 of the outputs seen so far (`llmgov::tokens::OutputModel`),
+    /// capped at `max_tokens`, where the provider charges actual usage; limits
+    /// of providers that charge `max_tokens` at admission keep `max_tokens`.
+    Learned,
+}
+
+impl OutputReserve {
+    /// The name used in scenario files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutputReserve::MaxTokens => "max_tokens",
+            OutputReserve::Learned => "learned",
+        }
+    }
+}
+
 /// One strategy to run. Fields that do not apply to its `kind` are refused.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -189,6 +213,9 @@ pub struct StrategyConfig {
     /// (default 1; 2 is "configured twice too high").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits_factor: Option<f64>,
+    /// `llmgov`: what to reserve for the output (default `max_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<OutputReserve>,
 }
 
 /// A validated class: durations in nanoseconds.
@@ -207,7 +234,7 @@ pub(crate) enum Strategy {
     FixedSleep { sleep_ns: u64, max_retries: Option<u32> },
     Backoff { base_ns: u64, cap_ns: u64, max_retries: Option<u32> },
     SeedLimiter { poll_ns: u64, rpm: Option<u64>, tpm: Option<u64>, knows_limits: bool, factor: f64 },
-    Llmgov { knows_limits: bool, factor: f64 },
+    Llmgov { knows_limits: bool, factor: f64, reserve: OutputReserve },
 }
 
 /// A validated tenant.
@@ -319,7 +346,7 @@ impl StrategyConfig {
     /// nothing would mislead whoever reads the scenario.
     fn check_fields(&self, field: &str) -> Result<(), CliError> {
         use StrategyKind::*;
-        let applies: [(&str, bool, &[StrategyKind]); 9] = [
+        let applies: [(&str, bool, &[StrategyKind]); 10] = [
             ("sleep", self.sleep.is_some(), &[FixedSleep]),
             ("base", self.base.is_some(), &[Backoff]),
             ("cap", self.cap.is_some(), &[Backoff]),
@@ -329,6 +356,7 @@ impl StrategyConfig {
             ("tpm", self.tpm.is_some(), &[SeedLimiter]),
             ("knows_limits", self.knows_limits.is_some(), &[SeedLimiter, Llmgov]),
             ("limits_factor", self.limits_factor.is_some(), &[SeedLimiter, Llmgov]),
+            ("reserve", self.reserve.is_some(), &[Llmgov]),
         ];
         for (name, set, kinds) in applies {
             if set && !kinds.contains(&self.kind) {
@@ -351,6 +379,7 @@ impl StrategyConfig {
             "rpm" => num(self.rpm),
             "tpm" => num(self.tpm),
             "knows_limits" => self.knows_limits.map(|b| b.to_string()).unwrap_or_default(),
+            "reserve" => self.reserve.map(|r| r.as_str().to_owned()).unwrap_or_default(),
             _ => self.limits_factor.map(|f| f.to_string()).unwrap_or_default(),
         }
     }
@@ -394,7 +423,9 @@ impl StrategyConfig {
                 knows_limits,
                 factor,
             },
-            StrategyKind::Llmgov => Strategy::Llmgov { knows_limits, factor },
+            StrategyKind::Llmgov => {
+                Strategy::Llmgov { knows_limits, factor, reserve: self.reserve.unwrap_or_default() }
+            }
         })
     }
 }

@@ -26,7 +26,16 @@ mod classify;
 mod durations;
 mod headers;
 
+mod error_object;
+mod retry;
+
 pub use classify::classify_response;
+pub use error_object::{ErrorContext, ErrorObject, ErrorType, GatewayDecision};
+pub use retry::{
+    Advice, BudgetConfig, GiveUpReason, Outcome, RetryBudget, RetryConfig, RetryPolicy, RetryReason,
+    DEFAULT_BASE_DELAY, DEFAULT_BUDGET_MIN_RETRIES, DEFAULT_BUDGET_RATIO, DEFAULT_BUDGET_WINDOW, DEFAULT_MAX_DELAY,
+    DEFAULT_MAX_RETRIES,
+};
 
 /// Why a provider refused, as far as waiting is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -10,6 +10,11 @@
 //! - [`count_chat`] adds OpenAI's per-message, name, reply-priming, tool and
 //!   image costs (see [`chat`]).
 //! - [`InputCounting`] picks exact or fast counting per route.
+//! - [`OutputModel`] reserves `min(max_tokens, pN)` of the outputs seen per
+//!   route and class, from a lock-free [`Histogram`] (see [`output`]).
+//! - [`InputCoefficients`] scales o200k counts for other providers'
+//!   tokenizers, learned from settled usage; [`Accuracy`] measures every
+//!   estimate against the actual usage.
 //!
 //! The BPE tables are compiled into tiktoken-rs (no network, no files at run
 //! time). Each encoding is built once, on first use, and shared by all
@@ -27,18 +32,22 @@
 //! ```
 
 pub mod chat;
+mod coefficient;
 mod estimate;
 pub mod exact;
 mod image;
+pub mod output;
 
 use std::sync::LazyLock;
 
 use tiktoken_rs::CoreBPE;
 
 pub use chat::{count_chat, ChatMessage, ImageDetail, Part};
+pub use coefficient::{Accuracy, CoefficientConfig, ErrorSummary, InputCoefficients, Side};
 pub use estimate::estimate;
 pub use exact::{count, count_detailed, ChunkedCount, CHUNK_BYTES, SEAM_BOUND};
 pub use image::image_tokens;
+pub use output::{Histogram, OutputConfig, OutputModel};
 
 /// A BPE encoding used by OpenAI models.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -2,16 +2,24 @@
 //! virtual time, a scope that mirrors the provider's limits and charges each
 //! request as the provider counts it, and a plain first-come line in front
 //! (waiting and fair queues come in a later issue).
+//!
+//! With `reserve = "learned"`, an [`OutputModel`] learns each class's output
+//! lengths from finished requests, and limits on which the provider charges
+//! actual usage reserve its p95 (capped at `max_tokens`) instead of
+//! `max_tokens`. Limits of providers that charge `max_tokens` at admission
+//! keep reserving it: reserving less there would admit what they refuse.
 
 use std::collections::BTreeMap;
 
-use llmgov::config::{Algorithm, LimitConfig, ScopeConfig};
+use llmgov::config::{Algorithm, LimitConfig, OutputReservation, ScopeConfig};
+use llmgov::tokens::{OutputConfig, OutputModel};
 use llmgov::{Config, Dimension, Error, Ledger, Permit, Request, Route, Usage};
 
 use super::{retryable, Gate, Gated, Line};
 use crate::error::{duration_ns, CliError};
 use crate::provider::{Charging, Enforcement, ProviderConfig, ProviderDimension, ProviderUsage, Rejected};
 use crate::sim::engine::{Client, Cx, Timer};
+use crate::sim::scenario::OutputReserve;
 use crate::sim::workload::Job;
 
 /// The one scope: the provider's pool.
@@ -75,6 +83,24 @@ fn limit(dimension: Dimension, amount: u64, window: Option<(&str, u64)>, algorit
     }
 }
 
+/// The strategy's label suffix for its output reservation.
+pub(crate) fn label(reserve: OutputReserve) -> &'static str {
+    match reserve {
+        OutputReserve::MaxTokens => "",
+        OutputReserve::Learned => " (learned output)",
+    }
+}
+
+/// What a mirrored limit on `dimension` reserves for the output. Only where
+/// the provider charges actual usage may it be the expected output: OpenAI
+/// and Anthropic charge `max_tokens` at admission, so a mirror that reserved
+/// less would admit requests they refuse.
+fn reserve_output(reserve: OutputReserve, charging: Charging, dimension: Dimension) -> Option<OutputReservation> {
+    let counts_output = matches!(dimension, Dimension::Tokens | Dimension::OutputTokens);
+    (reserve == OutputReserve::Learned && charging == Charging::Actual && counts_output)
+        .then_some(OutputReservation::Expected)
+}
+
 fn scaled(amount: f64, factor: f64) -> u64 {
     ((amount * factor).floor() as u64).max(1)
 }
@@ -82,7 +108,12 @@ fn scaled(amount: f64, factor: f64) -> u64 {
 /// The ledger's config: the provider's limits (× `factor`), with any
 /// sub-window guard and concurrency, or, when the limits are unknown, a
 /// requests limit so high it never binds (a scope needs one limit).
-fn ledger_config(provider: &ProviderConfig, knows_limits: bool, factor: f64) -> Result<Config, CliError> {
+fn ledger_config(
+    provider: &ProviderConfig,
+    knows_limits: bool,
+    factor: f64,
+    reserve: OutputReserve,
+) -> Result<Config, CliError> {
     let charging = provider.charging();
     let mut limits = Vec::new();
     for (i, l) in provider.limits.iter().enumerate().filter(|_| knows_limits) {
@@ -103,6 +134,9 @@ fn ledger_config(provider: &ProviderConfig, knows_limits: bool, factor: f64) -> 
     if let Some(c) = provider.concurrency.filter(|_| knows_limits) {
         limits.push(limit(Dimension::Concurrency, scaled(c as f64, factor), None, Algorithm::TokenBucket));
     }
+    for limit in &mut limits {
+        limit.reserve_output = reserve_output(reserve, charging, limit.dimension);
+    }
     if limits.is_empty() {
         limits.push(limit(Dimension::Requests, 1 << 40, Some(("1m", 60_000_000_000)), Algorithm::TokenBucket));
     }
@@ -119,16 +153,39 @@ pub(crate) struct Llmgov {
     line: Line,
     /// Whether settling can refund tokens or free a concurrency slot.
     settling_frees: bool,
+    /// Output lengths learned per class, with `reserve = "learned"`.
+    outputs: Option<OutputModel>,
+    /// Class keys for the model, by class index (made on first use).
+    classes: Vec<Box<str>>,
+}
+
+/// The model's key for class `class`: its index, as text.
+fn class_key(classes: &mut Vec<Box<str>>, class: usize) -> &str {
+    while classes.len() <= class {
+        classes.push(classes.len().to_string().into());
+    }
+    &classes[class]
 }
 
 impl Llmgov {
-    pub fn new(provider: &ProviderConfig, knows_limits: bool, factor: f64, jobs: usize) -> Result<Self, CliError> {
-        let ledger = Ledger::new(&ledger_config(provider, knows_limits, factor)?)?;
+    pub fn new(
+        provider: &ProviderConfig,
+        knows_limits: bool,
+        factor: f64,
+        reserve: OutputReserve,
+        jobs: usize,
+    ) -> Result<Self, CliError> {
+        let ledger = Ledger::new(&ledger_config(provider, knows_limits, factor, reserve)?)?;
         let route = ledger.route(&[SCOPE])?;
         let permits = (0..jobs).map(|_| None).collect();
         let charging = provider.charging();
         let settling_frees = charging != Charging::Openai || (knows_limits && provider.concurrency.is_some());
-        Ok(Llmgov { ledger, route, charging, permits, line: Line::default(), settling_frees })
+        let outputs = match reserve {
+            OutputReserve::MaxTokens => None,
+            OutputReserve::Learned => Some(OutputModel::new(OutputConfig::default())?),
+        };
+        let line = Line::default();
+        Ok(Llmgov { ledger, route, charging, permits, line, settling_frees, outputs, classes: Vec::new() })
     }
 
     fn permit(&mut self, job: usize) -> Permit {
@@ -143,10 +200,14 @@ impl Gated for Llmgov {
 
     /// Tries the heads of the line against the ledger.
     fn pump(&mut self, now: u64, cx: &mut Cx) -> Result<(), CliError> {
-        let Llmgov { ledger, route, charging, permits, line, .. } = self;
+        let Llmgov { ledger, route, charging, permits, line, outputs, classes, .. } = self;
         line.pump(now, cx, |job| {
             let (input, output) = reservation(*charging, job);
-            let request = Request::new(*route).input_tokens(input).max_output_tokens(output);
+            let mut request = Request::new(*route).input_tokens(input).max_output_tokens(output);
+            if let Some(model) = outputs {
+                let key = class_key(classes, job.class);
+                request = request.expected_output_tokens(model.reservation(*route, key, Some(job.max_tokens)));
+            }
             match ledger.try_acquire(&request, now) {
                 Ok(permit) => {
                     permits[job.id] = Some(permit);
@@ -199,6 +260,9 @@ impl Client for Llmgov {
             Charging::Anthropic | Charging::Actual => Usage::new(usage.input_tokens, usage.output_tokens),
         };
         self.ledger.settle(&mut permit, actual, now)?;
+        if let Some(model) = &self.outputs {
+            model.record(self.route, class_key(&mut self.classes, cx.jobs[job].class), usage.output_tokens);
+        }
         // A refund or a freed slot may let the head through; otherwise its
         // timer stands.
         if self.settling_frees && !self.line.is_empty() {
