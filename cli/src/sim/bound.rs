@@ -104,7 +104,8 @@ pub(crate) fn lower_bound(
             let in_flight = provider.concurrency.map_or(charges.len(), |c| (c as usize).min(charges.len()));
             charges.drain(..in_flight);
         }
-        let total: f64 = charges.iter().sum();
+        // `+ 0.0`: an empty float sum is -0.0, which would print as "-0".
+        let total: f64 = charges.iter().sum::<f64>() + 0.0;
         let window = humantime::format_duration(Duration::from_nanos(limit.window_ns));
         let (last_admission, detail) = match limit.algorithm {
             Enforcement::TokenBucket => {
