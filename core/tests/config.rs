@@ -155,3 +155,15 @@ fn missing_field_is_named() {
 fn window_beyond_400_days_is_refused() {
     invalid(&scope_p(r#"{ dimension = "requests", amount = 1, window = "600y" }"#));
 }
+
+/// The configuration example in the README loads and validates.
+#[test]
+fn readme_config_example_is_valid() {
+    let readme = include_str!("../../README.md");
+    let section = &readme[readme.find("## Configuration").expect("the README has a configuration section")..];
+    let start = section.find("```toml\n").expect("with a TOML example") + "```toml\n".len();
+    let example = &section[start..start + section[start..].find("```").unwrap()];
+    let config = Config::from_toml(example).unwrap_or_else(|e| panic!("README example: {e}"));
+    config.validate().unwrap();
+    assert!(config.scopes.contains_key("tenants/*"));
+}
