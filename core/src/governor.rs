@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use crate::clock::{Clock, MonotonicClock};
+use crate::ledger::permit::ClassId;
 use crate::ledger::Ledger;
+use crate::tokens::{Accuracy, ErrorSummary, OutputModel, Side};
 use crate::{Config, Permit, Request, Result, Route, ScopeId, ScopeSnapshot, Snapshot, Usage};
 
 /// A rate-limit governor: reserve before a request leaves, reconcile after.
@@ -24,6 +26,48 @@ use crate::{Config, Permit, Request, Result, Route, ScopeId, ScopeSnapshot, Snap
 pub struct Governor {
     ledger: Arc<Ledger>,
     clock: Arc<dyn Clock>,
+    learning: Arc<Learning>,
+}
+
+/// What settled usage teaches: output lengths per route and class, for
+/// limits that reserve the expected output (read at every acquire), and how
+/// far estimates were from actual usage, per route.
+#[derive(Debug)]
+struct Learning {
+    outputs: OutputModel<Route>,
+    accuracy: Accuracy<Route>,
+    /// Class names by id; id 0 is the unnamed default class.
+    names: boxcar::Vec<Box<str>>,
+    ids: papaya::HashMap<Box<str>, ClassId>,
+}
+
+impl Learning {
+    fn new(config: &Config) -> Result<Self> {
+        let outputs = OutputModel::new(config.output.clone().unwrap_or_default())?;
+        let learning = Learning {
+            accuracy: Accuracy::new(outputs.config().half_life),
+            outputs,
+            names: boxcar::Vec::new(),
+            ids: papaya::HashMap::new(),
+        };
+        learning.names.push("".into());
+        Ok(learning)
+    }
+
+    fn class(&self, name: &str) -> ClassId {
+        let ids = self.ids.pin();
+        if let Some(id) = ids.get(name) {
+            return *id;
+        }
+        // Racing twins may both push; the map keeps one id, the other name
+        // stays unused.
+        let index = self.names.push(name.into());
+        *ids.get_or_insert(name.into(), ClassId(u32::try_from(index).expect("more than 4 billion classes")))
+    }
+
+    fn name(&self, class: ClassId) -> &str {
+        self.names.get(class.0 as usize).map_or("", |n| n)
+    }
 }
 
 impl Governor {
@@ -34,7 +78,7 @@ impl Governor {
 
     /// A governor on the given clock (a [`crate::ManualClock`] in tests).
     pub fn with_clock(config: &Config, clock: Arc<dyn Clock>) -> Result<Self> {
-        Ok(Governor { ledger: Arc::new(Ledger::new(config)?), clock })
+        Ok(Governor { ledger: Arc::new(Ledger::new(config)?), clock, learning: Arc::new(Learning::new(config)?) })
     }
 
     /// A governor from TOML text.
@@ -72,16 +116,52 @@ impl Governor {
         self.ledger.route(paths)
     }
 
-    /// Reserves every limit on the route now, or nothing. A refusal is
-    /// [`crate::Error::RateLimited`] (wait `retry_after`) or
-    /// [`crate::Error::NeverFits`] (never retry).
-    pub fn try_acquire(&self, request: &Request) -> Result<Permit> {
-        self.ledger.try_acquire(request, self.clock.now())
+    /// Interns a traffic class by name, for [`Request::class`].
+    pub fn class(&self, name: &str) -> ClassId {
+        self.learning.class(name)
     }
 
-    /// Reconciles a permit with actual usage; see [`Ledger::settle`].
+    /// What a request on `route` in `class` reserves for its output on
+    /// limits with `reserve_output = "expected"`: min(`max_tokens`, the
+    /// learned quantile), `max_tokens` until there is enough history, and the
+    /// configured `output.default_max_tokens` when a request has no
+    /// `max_tokens` either (never the model's whole context).
+    pub fn expected_output(&self, route: Route, class: ClassId, max_tokens: Option<u64>) -> u64 {
+        self.learning.outputs.reservation(route, self.learning.name(class), max_tokens)
+    }
+
+    /// Reserves every limit on the route now, or nothing. A refusal is
+    /// [`crate::Error::RateLimited`] (wait `retry_after`) or
+    /// [`crate::Error::NeverFits`] (never retry). Where limits reserve the
+    /// expected output and the request names none, the learned one is used.
+    pub fn try_acquire(&self, request: &Request) -> Result<Permit> {
+        let now = self.clock.now();
+        if self.ledger.reserves_expected_output() && request.expected_output_tokens.is_none() {
+            let expected = self.expected_output(request.route, request.class, Some(request.max_output_tokens));
+            return self.ledger.try_acquire(&Request { expected_output_tokens: Some(expected), ..*request }, now);
+        }
+        self.ledger.try_acquire(request, now)
+    }
+
+    /// Reconciles a permit with actual usage (see [`Ledger::settle`]) and,
+    /// where limits reserve the expected output, learns from it.
     pub fn settle(&self, permit: &mut Permit, actual: Usage) -> Result<()> {
-        self.ledger.settle(permit, actual, self.clock.now())
+        let (estimate, expected) = (permit.charged(), permit.charged_expected_output());
+        self.ledger.settle(permit, actual, self.clock.now())?;
+        let (learning, route) = (&self.learning, permit.route());
+        learning.accuracy.record(route, Side::Input, estimate.input_tokens, actual.input_tokens);
+        learning.accuracy.record(route, Side::Output, expected, actual.output_tokens);
+        if self.ledger.reserves_expected_output() {
+            learning.outputs.record(route, learning.name(permit.class()), actual.output_tokens);
+        }
+        Ok(())
+    }
+
+    /// How far settled requests on `route` were from their estimates: the
+    /// input estimate, and the output reserved (the expected output, or
+    /// `max_tokens` where nothing was expected), as relative errors.
+    pub fn estimate_accuracy(&self, route: Route, side: Side) -> Option<ErrorSummary> {
+        self.learning.accuracy.summary(route, side)
     }
 
     /// Refunds a permit whose request was never sent; see [`Ledger::cancel`].

@@ -57,7 +57,7 @@ pub use dimension::{Dimension, Usage, MAX_TOKENS};
 pub use error::{Error, Result};
 pub use feedback::{classify_response, Classification, LimitDimension, LimitKind, ProviderHint};
 pub use governor::Governor;
-pub use ledger::permit::{Permit, PermitState, Request, Route};
+pub use ledger::permit::{ClassId, Permit, PermitState, Request, Route};
 pub use ledger::registry::ScopeId;
 pub use ledger::Ledger;
 pub use snapshot::{LimitSnapshot, ScopeSnapshot, Snapshot};

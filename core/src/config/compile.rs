@@ -44,6 +44,9 @@ pub(crate) fn compile(config: &Config) -> Result<Compiled> {
             ns
         }
     };
+    if let Some(output) = &config.output {
+        output.validate()?;
+    }
     let mut compiled = Compiled { configured: Vec::new(), templates: Vec::new(), permit_ttl_ns };
     for (path, scope) in &config.scopes {
         let field = format!("scopes.{path}");

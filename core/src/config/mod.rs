@@ -44,6 +44,10 @@ pub struct Config {
     /// path it matches becomes a scope of its own on first use.
     #[serde(default)]
     pub scopes: BTreeMap<String, ScopeConfig>,
+    /// How a [`crate::Governor`] learns output lengths for limits with
+    /// `reserve_output = "expected"` (default: p95, 20 samples first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<crate::tokens::OutputConfig>,
 }
 
 /// The limits of one scope (or of every scope a template makes).

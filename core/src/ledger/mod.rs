@@ -40,6 +40,9 @@ pub struct Ledger {
     /// Stamped on every route, scope id and permit this ledger hands out.
     tag: u32,
     registry: Registry,
+    /// Whether any limit reserves the expected output (so that learning it
+    /// is worth a lookup per acquire).
+    reserves_expected_output: bool,
     ttl: TtlSlots,
     /// Unsettled permits per TTL slot: what stays in a slot past its life expired.
     pending: Pending,
@@ -50,7 +53,11 @@ impl Ledger {
     /// Builds a ledger from a config, validating it.
     pub fn new(config: &Config) -> Result<Self> {
         let compiled = compile(config)?;
+        let limits = compiled.configured.iter().map(|(_, l)| l).chain(compiled.templates.iter().map(|t| &t.limits));
+        let reserves_expected_output =
+            limits.flat_map(|limits| limits.iter()).any(|l| l.reserves_output() == Some("expected"));
         Ok(Ledger {
+            reserves_expected_output,
             tag: NEXT_TAG.fetch_add(1, Ordering::Relaxed),
             registry: Registry::new(compiled.configured, compiled.templates),
             ttl: TtlSlots::new(compiled.permit_ttl_ns),
@@ -79,6 +86,11 @@ impl Ledger {
     /// The path of a scope.
     pub fn scope_path(&self, id: ScopeId) -> Result<&str> {
         Ok(&self.scope(id)?.path)
+    }
+
+    /// Whether any limit reserves the expected output rather than `max_tokens`.
+    pub fn reserves_expected_output(&self) -> bool {
+        self.reserves_expected_output
     }
 
     /// The scopes a route charges, in reservation order.
@@ -144,6 +156,7 @@ impl Ledger {
         self.pending.admitted(index);
         Ok(Permit {
             route: request.route,
+            class: request.class,
             charged: estimate,
             charged_expected_output: expected_output,
             streamed_output: 0,

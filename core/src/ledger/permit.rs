@@ -45,6 +45,12 @@ impl Route {
     }
 }
 
+/// A traffic class, interned by [`crate::Governor::class`]. Output lengths
+/// are learned per route and class; `ClassId::default()` is the unnamed
+/// class every request is in unless it says otherwise.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct ClassId(pub(crate) u32);
+
 /// What a request asks to reserve.
 #[derive(Debug, Clone, Copy)]
 pub struct Request {
@@ -59,15 +65,25 @@ pub struct Request {
     pub max_output_tokens: u64,
     /// The output expected (e.g. a quantile of this route's past outputs),
     /// reserved instead of `max_output_tokens` on limits configured with
-    /// `reserve_output = "expected"`. `None` reserves `max_output_tokens`.
+    /// `reserve_output = "expected"`. `None` reserves `max_output_tokens`,
+    /// unless the [`crate::Governor`] has learned this route and class.
     pub expected_output_tokens: Option<u64>,
+    /// The request's traffic class.
+    pub class: ClassId,
 }
 
 impl Request {
     /// A request on `route` reserving nothing but a request (and a
     /// concurrency slot); add tokens with the builder methods.
     pub fn new(route: Route) -> Self {
-        Request { route, input_tokens: 0, cached_input_tokens: 0, max_output_tokens: 0, expected_output_tokens: None }
+        Request {
+            route,
+            input_tokens: 0,
+            cached_input_tokens: 0,
+            max_output_tokens: 0,
+            expected_output_tokens: None,
+            class: ClassId::default(),
+        }
     }
 
     /// Sets the estimated prompt tokens.
@@ -95,6 +111,12 @@ impl Request {
         self
     }
 
+    /// Puts the request in a traffic class.
+    pub fn class(mut self, class: ClassId) -> Self {
+        self.class = class;
+        self
+    }
+
     /// What limits that reserve the expected output reserve: never more
     /// than `max_output_tokens`.
     pub(crate) fn expected_output(&self) -> u64 {
@@ -116,6 +138,7 @@ impl Request {
 #[derive(Debug)]
 pub struct Permit {
     pub(crate) route: Route,
+    pub(crate) class: ClassId,
     /// What is charged so far: the estimate, raised by streamed output beyond it.
     pub(crate) charged: Usage,
     /// What is charged so far on limits that reserve the expected output.
@@ -160,5 +183,10 @@ impl Permit {
     /// The route it is charged on.
     pub fn route(&self) -> Route {
         self.route
+    }
+
+    /// The traffic class of its request.
+    pub fn class(&self) -> ClassId {
+        self.class
     }
 }
