@@ -1,8 +1,10 @@
 //! The facade: a ledger plus the clock that times it.
 
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::clock::{Clock, MonotonicClock};
+use crate::feedback::{classify_response, Classification, ProviderHint};
 use crate::ledger::permit::ClassId;
 use crate::ledger::Ledger;
 use crate::tokens::{Accuracy, ErrorSummary, OutputModel, Side};
@@ -162,6 +164,29 @@ impl Governor {
     /// `max_tokens` where nothing was expected), as relative errors.
     pub fn estimate_accuracy(&self, route: Route, side: Side) -> Option<ErrorSummary> {
         self.learning.accuracy.summary(route, side)
+    }
+
+    /// Feeds a provider's answer (already classified) to a request on
+    /// `route` back into the route's provider scopes; see [`Ledger::observe`].
+    /// Call it for successes too: their headers keep the buckets honest.
+    pub fn observe(&self, route: Route, feedback: &Classification) -> Result<usize> {
+        self.ledger.observe(route, feedback, self.clock.now())
+    }
+
+    /// Classifies a provider's answer to `permit`'s request and feeds it
+    /// back (see [`Self::observe`]). Reads the wall clock, for resets given
+    /// as dates; settle or cancel the permit as usual afterwards.
+    pub fn report<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        permit: &Permit,
+        status: u16,
+        headers: &[(K, V)],
+        body: &[u8],
+    ) -> Result<Classification> {
+        let wall_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let feedback = classify_response(status, headers, body, ProviderHint::Auto, wall_ms);
+        self.observe(permit.route(), &feedback)?;
+        Ok(feedback)
     }
 
     /// Refunds a permit whose request was never sent; see [`Ledger::cancel`].

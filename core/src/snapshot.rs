@@ -19,6 +19,10 @@ pub struct Snapshot {
     pub rate_limited: u64,
     /// Requests refused because they can never fit.
     pub never_fits: u64,
+    /// Requests admitted here and then refused by the provider, as reported
+    /// through [`crate::Ledger::observe`] (distinct from `rate_limited`,
+    /// which llmgov refused itself).
+    pub admitted_then_provider_rejected: u64,
     /// Permits that outlived their TTL unsettled: callers that forgot to
     /// settle, or crashed.
     pub expired_permits: u64,
@@ -73,12 +77,13 @@ impl ScopeSnapshot {
 }
 
 pub(crate) fn build(ledger: &Ledger, now: u64) -> Snapshot {
-    let (admitted, rate_limited, never_fits, expired_permits) = ledger.counts(now);
+    let (admitted, rate_limited, never_fits, expired_permits, admitted_then_provider_rejected) = ledger.counts(now);
     Snapshot {
         now_ms: now / NS_PER_MS,
         admitted,
         rate_limited,
         never_fits,
+        admitted_then_provider_rejected,
         expired_permits,
         scopes: ledger.registry().iter().map(|s| scope(s, now, ledger.ttl())).collect(),
     }

@@ -27,7 +27,8 @@ const MAX_WINDOW_NS: u64 = 400 * 86_400 * 1_000_000_000;
 /// A validated config, ready to build a ledger from.
 #[derive(Debug)]
 pub(crate) struct Compiled {
-    pub configured: Vec<(String, Arc<[Limit]>)>,
+    /// Configured scopes: path, limits, and whether it is a provider's pool.
+    pub configured: Vec<(String, Arc<[Limit]>, bool)>,
     pub templates: Vec<Template>,
     pub permit_ttl_ns: u64,
 }
@@ -62,9 +63,9 @@ pub(crate) fn compile(config: &Config) -> Result<Compiled> {
             .map(|(i, limit)| compile_limit(&format!("{field}.limits[{i}]"), limit, scope_margin))
             .collect::<Result<_>>()?;
         if segments.iter().any(Option::is_none) {
-            compiled.templates.push(Template { segments, limits });
+            compiled.templates.push(Template { segments, limits, provider: scope.provider.unwrap_or(false) });
         } else {
-            compiled.configured.push((path.clone(), limits));
+            compiled.configured.push((path.clone(), limits, scope.provider.unwrap_or(false)));
         }
     }
     Ok(compiled)

@@ -60,6 +60,11 @@ pub struct ScopeConfig {
     /// The limits; every one applies.
     #[serde(default)]
     pub limits: Vec<LimitConfig>,
+    /// Whether this scope is a provider's pool (an organisation, a key, a
+    /// deployment): what the provider answers (429s, rate-limit headers) is
+    /// fed back into its limits. Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<bool>,
 }
 
 /// How a windowed limit counts.

@@ -138,6 +138,20 @@ impl GcraParams {
         });
     }
 
+    /// Takes the bucket down to at most `remaining` units at `now`: the
+    /// provider reports less capacity than the bucket believes it has.
+    pub fn lower_to<A: AtomicWord>(&self, tat: &A, remaining: u64, now: u64) {
+        let floor = now.saturating_add(self.tau_ns.saturating_sub(self.units_to_ns(remaining)));
+        let _ = update::<A, ()>(tat, |current| if current >= floor { Err(()) } else { Ok(floor) });
+    }
+
+    /// Empties the bucket and holds it empty until `until`, from which it
+    /// refills: the provider refused, and said when to come back.
+    pub fn cool_down<A: AtomicWord>(&self, tat: &A, until: u64) {
+        let floor = until.saturating_add(self.tau_ns);
+        let _ = update::<A, ()>(tat, |current| if current >= floor { Err(()) } else { Ok(floor) });
+    }
+
     /// Units available at `now`: the most one request could take, by the
     /// same rounding as [`Self::try_reserve`]; negative while in debt.
     pub fn available<A: AtomicWord>(&self, tat: &A, now: u64) -> i64 {
@@ -237,6 +251,20 @@ mod tests {
         p.try_reserve(&tat, 1, 0).unwrap();
         let shown = p.available(&tat, 0) as u64;
         assert!(p.try_reserve(&tat, shown, 0).is_ok(), "the snapshot promised {shown}");
+    }
+
+    #[test]
+    fn provider_feedback_lowers_and_cools_the_bucket() {
+        let p = GcraParams::new(600, MINUTE, 600);
+        let tat: AtomicU64 = GcraParams::new_state();
+        p.lower_to(&tat, 200, 0);
+        assert_eq!(p.available(&tat, 0), 200);
+        p.lower_to(&tat, 500, 0);
+        assert_eq!(p.available(&tat, 0), 200, "never raised");
+        p.cool_down(&tat, 5_000_000_000);
+        assert!(p.try_reserve(&tat, 1, 5_000_000_000 - 1).is_err());
+        assert_eq!(p.available(&tat, 5_000_000_000), 0, "empty at the end of the cooldown");
+        assert_eq!(p.available(&tat, 6_000_000_000), 10, "then refilling");
     }
 
     #[test]

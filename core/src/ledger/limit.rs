@@ -194,6 +194,20 @@ impl Limit {
         }
     }
 
+    /// Applies a provider's word to a token bucket: at most `remaining` left
+    /// now, and nothing until `cool_until`. Other rules have no timeline to
+    /// move and are left as they are. Returns whether it applied.
+    pub fn feed_back(&self, bucket: &Bucket, remaining: Option<u64>, cool_until: Option<u64>, now: u64) -> bool {
+        let (Rule::TokenBucket(p), Bucket::Tat(tat)) = (&self.rule, bucket) else { return false };
+        if let Some(remaining) = remaining {
+            p.lower_to(tat, remaining, now);
+        }
+        if let Some(until) = cool_until {
+            p.cool_down(tat, until);
+        }
+        remaining.is_some() || cool_until.is_some()
+    }
+
     /// Frees the concurrency slot taken in permit-TTL slot `ttl_slot`.
     #[inline]
     pub fn release(&self, bucket: &Bucket, ttl_slot: u64) {

@@ -3,6 +3,7 @@
 //! nothing here reads a clock, sleeps or takes a lock.
 
 pub mod atomic;
+mod feedback;
 pub mod gcra;
 pub(crate) mod limit;
 mod pending;
@@ -28,6 +29,8 @@ use crate::{Error, Result, Usage};
 struct Refusals {
     rate_limited: AtomicU64,
     never_fits: AtomicU64,
+    /// Admitted here, then refused by the provider (see [`Ledger::observe`]).
+    provider_rejected: AtomicU64,
 }
 
 /// Tags told apart the routes, scopes and permits of different ledgers.
@@ -53,7 +56,7 @@ impl Ledger {
     /// Builds a ledger from a config, validating it.
     pub fn new(config: &Config) -> Result<Self> {
         let compiled = compile(config)?;
-        let limits = compiled.configured.iter().map(|(_, l)| l).chain(compiled.templates.iter().map(|t| &t.limits));
+        let limits = compiled.configured.iter().map(|(_, l, _)| l).chain(compiled.templates.iter().map(|t| &t.limits));
         let reserves_expected_output =
             limits.flat_map(|limits| limits.iter()).any(|l| l.reserves_output() == Some("expected"));
         Ok(Ledger {
@@ -308,13 +311,14 @@ impl Ledger {
         self.ttl
     }
 
-    /// `(admitted, rate_limited, never_fits, expired)` as of `now`.
-    pub(crate) fn counts(&self, now: u64) -> (u64, u64, u64, u64) {
+    /// `(admitted, rate_limited, never_fits, expired, provider_rejected)` as of `now`.
+    pub(crate) fn counts(&self, now: u64) -> (u64, u64, u64, u64, u64) {
         (
             self.pending.admitted_count(),
             self.refusals.rate_limited.load(Ordering::Relaxed),
             self.refusals.never_fits.load(Ordering::Relaxed),
             self.pending.expired_count(self.ttl.index(now)),
+            self.refusals.provider_rejected.load(Ordering::Relaxed),
         )
     }
 }

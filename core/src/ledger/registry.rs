@@ -28,6 +28,8 @@ pub(crate) struct Scope {
     pub limits: Arc<[Limit]>,
     /// `buckets[i]` is the state of `limits[i]`.
     pub buckets: Box<[Bucket]>,
+    /// A provider's pool: its answers are fed back into these limits.
+    pub provider: bool,
 }
 
 /// A template path with `*` segments and the limits its scopes get.
@@ -36,6 +38,7 @@ pub(crate) struct Template {
     /// `None` stands for `*`.
     pub segments: Vec<Option<Box<str>>>,
     pub limits: Arc<[Limit]>,
+    pub provider: bool,
 }
 
 impl Template {
@@ -71,7 +74,7 @@ pub(crate) type ScopeList = SmallVec<[ScopeIndex; 8]>;
 
 impl Registry {
     /// A registry of the configured scopes (instantiated now) and templates.
-    pub fn new(configured: Vec<(String, Arc<[Limit]>)>, mut templates: Vec<Template>) -> Self {
+    pub fn new(configured: Vec<(String, Arc<[Limit]>, bool)>, mut templates: Vec<Template>) -> Self {
         templates.sort_by_key(|t| std::cmp::Reverse(t.specificity()));
         let registry = Registry {
             by_path: papaya::HashMap::new(),
@@ -80,8 +83,8 @@ impl Registry {
             routes: boxcar::Vec::new(),
             route_ids: papaya::HashMap::new(),
         };
-        for (path, limits) in configured {
-            registry.instantiate(&path, limits);
+        for (path, limits, provider) in configured {
+            registry.instantiate(&path, limits, provider);
         }
         registry
     }
@@ -134,14 +137,14 @@ impl Registry {
         self.by_path.pin().get(path).copied()
     }
 
-    fn instantiate(&self, path: &str, limits: Arc<[Limit]>) -> ScopeIndex {
+    fn instantiate(&self, path: &str, limits: Arc<[Limit]>, provider: bool) -> ScopeIndex {
         let by_path = self.by_path.pin();
         if let Some(id) = by_path.get(path) {
             return *id;
         }
         let path: Arc<str> = Arc::from(path);
         let buckets = limits.iter().map(Limit::new_bucket).collect();
-        let index = self.scopes.push(Scope { path: path.clone(), limits, buckets });
+        let index = self.scopes.push(Scope { path: path.clone(), limits, buckets, provider });
         let id = ScopeIndex(u32::try_from(index).expect("more than 4 billion scopes"));
         // Two threads may instantiate the same path at once; the loser's scope
         // stays unreachable, and both use the winner's id.
@@ -175,7 +178,7 @@ impl Registry {
             if let Some(id) = self.lookup(prefix) {
                 found.push(id);
             } else if let Some(template) = self.templates.iter().find(|t| t.matches(&segments[..=depth])) {
-                found.push(self.instantiate(prefix, template.limits.clone()));
+                found.push(self.instantiate(prefix, template.limits.clone(), template.provider));
             }
         }
         if found.is_empty() {

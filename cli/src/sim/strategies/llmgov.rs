@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use llmgov::config::{Algorithm, LimitConfig, OutputReservation, ScopeConfig};
 use llmgov::tokens::{OutputConfig, OutputModel};
-use llmgov::{Config, Dimension, Error, Ledger, Permit, Request, Route, Usage};
+use llmgov::{classify_response, Config, Dimension, Error, Ledger, Permit, ProviderHint, Request, Route, Usage};
 
 use super::{retryable, Gate, Gated, Line};
 use crate::error::{duration_ns, CliError};
@@ -140,7 +140,7 @@ fn ledger_config(
     if limits.is_empty() {
         limits.push(limit(Dimension::Requests, 1 << 40, Some(("1m", 60_000_000_000)), Algorithm::TokenBucket));
     }
-    let scope = ScopeConfig { safety_margin: None, limits };
+    let scope = ScopeConfig { safety_margin: None, limits, provider: Some(true) };
     Ok(Config { scopes: BTreeMap::from([(SCOPE.to_owned(), scope)]), ..Config::default() })
 }
 
@@ -235,12 +235,21 @@ impl Client for Llmgov {
     }
 
     /// The provider refused what the ledger let through: its limits are
-    /// wrong or unknown. The attempt keeps its local charge (settled as
-    /// estimated rather than cancelled), so a ledger that believes in too
-    /// much capacity still paces its retries instead of handing the same
-    /// capacity straight back to the next attempt. Reading the provider's
-    /// headers and 429s to correct the limits is a later issue's feedback.
+    /// wrong or unknown. Its answer is fed back into the ledger (a 429 holds
+    /// the bucket it names empty until the retry-after; remaining counts
+    /// lower the others), and the attempt keeps its local charge (settled as
+    /// estimated rather than cancelled), so that retries are paced rather
+    /// than handed the same capacity straight back.
     fn rejected(&mut self, now: u64, job: usize, rejected: &Rejected, cx: &mut Cx) -> Result<(), CliError> {
+        // The simulated provider's wall clock starts at the epoch.
+        let feedback = classify_response(
+            rejected.status,
+            &rejected.headers,
+            rejected.body.as_bytes(),
+            ProviderHint::Auto,
+            now / 1_000_000,
+        );
+        self.ledger.observe(self.route, &feedback, now)?;
         let mut permit = self.permit(job);
         let charged = permit.charged();
         self.ledger.settle(&mut permit, charged, now)?;
