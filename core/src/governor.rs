@@ -128,8 +128,13 @@ impl Governor {
     /// learned quantile), `max_tokens` until there is enough history, and the
     /// configured `output.default_max_tokens` when a request has no
     /// `max_tokens` either (never the model's whole context).
+    ///
+    /// Output lengths are learned per provider part of the route (see
+    /// [`Ledger::provider_route`]) and class: every tenant's route to one
+    /// provider shares them, so a million tenants cost no more than one.
     pub fn expected_output(&self, route: Route, class: ClassId, max_tokens: Option<u64>) -> u64 {
-        self.learning.outputs.reservation(route, self.learning.name(class), max_tokens)
+        let key = self.ledger.provider_route(route);
+        self.learning.outputs.reservation(key, self.learning.name(class), max_tokens)
     }
 
     /// Reserves every limit on the route now, or nothing. A refusal is
@@ -150,7 +155,7 @@ impl Governor {
     pub fn settle(&self, permit: &mut Permit, actual: Usage) -> Result<()> {
         let (estimate, expected) = (permit.charged(), permit.charged_expected_output());
         self.ledger.settle(permit, actual, self.clock.now())?;
-        let (learning, route) = (&self.learning, permit.route());
+        let (learning, route) = (&self.learning, self.ledger.provider_route(permit.route()));
         learning.accuracy.record(route, Side::Input, estimate.input_tokens, actual.input_tokens);
         learning.accuracy.record(route, Side::Output, expected, actual.output_tokens);
         if self.ledger.reserves_expected_output() {
@@ -161,9 +166,10 @@ impl Governor {
 
     /// How far settled requests on `route` were from their estimates: the
     /// input estimate, and the output reserved (the expected output, or
-    /// `max_tokens` where nothing was expected), as relative errors.
+    /// `max_tokens` where nothing was expected), as relative errors. Kept per
+    /// provider part of the route, as the learned output is.
     pub fn estimate_accuracy(&self, route: Route, side: Side) -> Option<ErrorSummary> {
-        self.learning.accuracy.summary(route, side)
+        self.learning.accuracy.summary(self.ledger.provider_route(route), side)
     }
 
     /// Feeds a provider's answer (already classified) to a request on

@@ -101,3 +101,17 @@ fn settles_record_how_far_estimates_were() {
     assert!((output.p05 + 0.5).abs() < 0.02, "half of max_tokens used before learning: {output:?}");
     assert!(output.p50.abs() < 0.02, "learned reservations fit: {output:?}");
 }
+
+#[test]
+fn tenants_routes_to_one_provider_share_what_is_learned() {
+    let config = json!({"scopes": {
+        "provider": {"provider": true, "limits": [{"dimension": "output_tokens", "amount": 1_000_000, "window": "1m"}]},
+        "tenants/*": {"limits": [{"dimension": "output_tokens", "amount": 1_000_000, "window": "1m", "reserve_output": "expected"}]},
+    }});
+    let gov = Governor::with_clock(&Config::from_value(config).unwrap(), Arc::new(ManualClock::new(0))).unwrap();
+    let (a, b) = (gov.route(&["tenants/a", "provider"]).unwrap(), gov.route(&["tenants/b", "provider"]).unwrap());
+    assert_eq!(gov.ledger().provider_route(a), gov.ledger().provider_route(b));
+    settle_many(&gov, Request::new(a).max_output_tokens(4000), 30, 200);
+    let learned = gov.expected_output(b, llmgov::ClassId::default(), Some(4000));
+    assert!((200..=210).contains(&learned), "tenant b reserves what tenant a's answers taught: {learned}");
+}

@@ -91,6 +91,14 @@ impl Ledger {
         Ok(&self.scope(id)?.path)
     }
 
+    /// The part of `route` that is a provider's: the route of its scopes
+    /// configured with `provider = true`, or `route` itself when it has no
+    /// other scopes, or none. What is learned from a provider's answers is
+    /// kept per provider part, shared by every tenant's route to it.
+    pub fn provider_route(&self, route: Route) -> Route {
+        Route { ledger: route.ledger, id: self.registry.provider_part(route.id) }
+    }
+
     /// Whether any limit reserves the expected output rather than `max_tokens`.
     pub fn reserves_expected_output(&self) -> bool {
         self.reserves_expected_output

@@ -58,6 +58,17 @@ impl Template {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct RouteId(pub u32);
 
+/// An interned route.
+#[derive(Debug)]
+struct RouteEntry {
+    scopes: Box<[ScopeIndex]>,
+    /// The route of just its provider scopes, where it has others too: what
+    /// is learned about a provider's answers is shared by every tenant's
+    /// route to it, so per-tenant routes cost no memory of their own there.
+    /// `None` when the route is its own provider part (or has none).
+    provider_part: Option<RouteId>,
+}
+
 /// The registry of scopes, and of the routes (sets of scopes) requests name.
 #[derive(Debug)]
 pub(crate) struct Registry {
@@ -65,7 +76,7 @@ pub(crate) struct Registry {
     scopes: boxcar::Vec<Scope>,
     templates: Vec<Template>,
     /// Routes by id: a permit keeps a 4-byte id instead of a copy of its scopes.
-    routes: boxcar::Vec<Box<[ScopeIndex]>>,
+    routes: boxcar::Vec<RouteEntry>,
     route_ids: papaya::HashMap<Box<[ScopeIndex]>, RouteId>,
 }
 
@@ -102,7 +113,12 @@ impl Registry {
     /// The scopes of an interned route, sorted.
     #[inline]
     pub fn route(&self, id: RouteId) -> &[ScopeIndex] {
-        &self.routes[id.0 as usize]
+        &self.routes[id.0 as usize].scopes
+    }
+
+    /// The route of `id`'s provider scopes (itself, if it has no others, or none).
+    pub fn provider_part(&self, id: RouteId) -> RouteId {
+        self.routes[id.0 as usize].provider_part.unwrap_or(id)
     }
 
     /// Interns a set of scopes as a route: sorted, each once.
@@ -113,7 +129,10 @@ impl Registry {
         if let Some(id) = ids.get(&scopes[..]) {
             return *id;
         }
-        let index = self.routes.push(scopes.to_vec().into_boxed_slice());
+        let providers: ScopeList = scopes.iter().copied().filter(|&s| self.get(s).provider).collect();
+        let provider_part =
+            (!providers.is_empty() && providers.len() < scopes.len()).then(|| self.intern_route(providers));
+        let index = self.routes.push(RouteEntry { scopes: scopes.to_vec().into_boxed_slice(), provider_part });
         let id = RouteId(u32::try_from(index).expect("more than 4 billion routes"));
         // As with scopes, a racing twin stays unused.
         *ids.get_or_insert(scopes.to_vec().into_boxed_slice(), id)
