@@ -135,14 +135,7 @@ fn read_openai(headers: &HeaderView, provider: ProviderHint, now_unix_ms: u64, o
         ("input-tokens", LimitDimension::InputTokens),
         ("output-tokens", LimitDimension::OutputTokens),
     ];
-    for (name, dimension) in families {
-        let names = [
-            &format!("x-ratelimit-limit-{name}"),
-            &format!("x-ratelimit-remaining-{name}"),
-            &format!("x-ratelimit-reset-{name}"),
-        ];
-        read_triple(headers, names.map(String::as_str), dimension, ResetForm::Relative, now_unix_ms, out);
-    }
+    read_x_ratelimit(headers, &families, now_unix_ms, out);
 }
 
 fn read_mistral(headers: &HeaderView, now_unix_ms: u64, out: &mut Classification) {
@@ -151,7 +144,18 @@ fn read_mistral(headers: &HeaderView, now_unix_ms: u64, out: &mut Classification
         ("tokens-minute", LimitDimension::Tokens),
         ("tokens-day", LimitDimension::DailyTokens),
     ];
-    for (name, dimension) in FAMILIES {
+    read_x_ratelimit(headers, &FAMILIES, now_unix_ms, out);
+}
+
+/// `x-ratelimit-{limit,remaining,reset}-{name}` for each `(name, dimension)`,
+/// resets relative (Go durations or seconds).
+fn read_x_ratelimit(
+    headers: &HeaderView,
+    families: &[(&str, LimitDimension)],
+    now_unix_ms: u64,
+    out: &mut Classification,
+) {
+    for &(name, dimension) in families {
         let names = [
             &format!("x-ratelimit-limit-{name}"),
             &format!("x-ratelimit-remaining-{name}"),
