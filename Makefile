@@ -3,8 +3,14 @@ CARGO ?= cargo
 
 .PHONY: test test-rust demo bench lint
 
+# Each language binding adds its own test target in mk/<language>.mk
+# (`LANGUAGE_TESTS += test-python`), so the bindings never edit one shared
+# recipe.
+LANGUAGE_TESTS :=
+-include mk/*.mk
+
 ## Runs every test of every language present.
-test: lint test-rust
+test: lint test-rust $(LANGUAGE_TESTS)
 
 ## Formatting and clippy, warnings as errors.
 lint:
