@@ -1,0 +1,223 @@
+"""Stubs of the compiled module `llmgov._llmgov` (checked by mypy.stubtest)."""
+
+import os
+from types import TracebackType
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, final
+
+
+__all__ = [
+    "ConfigError",
+    "Error",
+    "Governor",
+    "InvalidPath",
+    "InvalidRequest",
+    "NeverFits",
+    "Permit",
+    "PermitExpired",
+    "PermitFinished",
+    "RateLimited",
+    "Ready",
+    "RetryPolicy",
+    "Route",
+    "UnknownPreset",
+    "UnknownScope",
+    "__version__",
+    "classify_response",
+    "count_chat_tokens",
+    "count_tokens",
+    "estimate_tokens",
+]
+
+__version__: str
+
+_Paths = Union[str, Sequence[str], "Route"]
+_Headers = Union[Mapping[str, str], Mapping[bytes, bytes], Sequence[Tuple[Union[str, bytes], Union[str, bytes]]], Any]
+_Body = Union[bytes, bytearray, str, None]
+_Clock = Literal["monotonic", "manual"]
+
+class Error(Exception):
+    """Base of every llmgov error; `code` is the stable error code."""
+
+    code: str
+
+class RateLimited(Error):
+    """The request fits in principle but not now; nothing was reserved."""
+
+    scope: str
+    dimension: str
+    retry_after: Optional[float]
+    retry_after_ms: Optional[int]
+    gateway_decision: str
+
+class NeverFits(Error):
+    """The request costs more than a limit can ever hold: waiting never helps."""
+
+    scope: str
+    dimension: str
+    cost: int
+    burst: int
+    gateway_decision: str
+
+class ConfigError(Error):
+    """A configuration field is wrong; nothing was built."""
+
+    field: str
+    value: str
+    reason: str
+
+class InvalidPath(Error):
+    """A scope path is malformed."""
+
+    path: str
+    reason: str
+
+class UnknownScope(Error):
+    """No configured scope or template covers the path."""
+
+    path: str
+
+class UnknownPreset(Error):
+    """No preset has this name."""
+
+    name: str
+    known: List[str]
+
+class InvalidRequest(Error):
+    """A request argument is of the wrong type or out of range."""
+
+    field: str
+    value: str
+    reason: str
+
+class PermitFinished(Error):
+    """The permit was already settled or cancelled."""
+
+    state: str
+
+class PermitExpired(Error):
+    """The permit outlived its TTL and was charged as estimated."""
+
+@final
+class Route:
+    """A route: the scopes a request is charged on, resolved once."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def paths(self) -> List[str]: ...
+
+@final
+class Permit:
+    """A granted reservation, reconciled once."""
+
+    def settle(
+        self,
+        usage: Any = None,
+        *,
+        input_tokens: Optional[int] = None,
+        output_tokens: Optional[int] = None,
+        cached_input_tokens: Optional[int] = None,
+    ) -> None: ...
+    def cancel(self) -> None: ...
+    def add_output(self, tokens: int) -> None: ...
+    def report(self, status_or_response: Any, headers: _Headers = None, body: _Body = None) -> Dict[str, Any]: ...
+    @property
+    def state(self) -> Literal["pending", "settled", "cancelled", "expired"]: ...
+    @property
+    def charged(self) -> Dict[str, int]: ...
+    @property
+    def expires_at_ms(self) -> float: ...
+    def __enter__(self) -> "Permit": ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+    def __aenter__(self) -> "Ready": ...
+    def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> "Ready": ...
+
+@final
+class Ready:
+    """An awaitable that is already done."""
+
+    def __await__(self) -> "Ready": ...
+    def __iter__(self) -> "Ready": ...
+    def __next__(self) -> Any: ...
+
+@final
+class Governor:
+    """A rate-limit governor: reserve before a request leaves, reconcile after."""
+
+    @staticmethod
+    def from_toml(source: Union[str, os.PathLike[str]], clock: _Clock = "monotonic") -> "Governor": ...
+    @staticmethod
+    def from_json(text: str, clock: _Clock = "monotonic") -> "Governor": ...
+    @staticmethod
+    def from_dict(config: Mapping[str, Any], clock: _Clock = "monotonic") -> "Governor": ...
+    @staticmethod
+    def from_preset(name: str, clock: _Clock = "monotonic") -> "Governor": ...
+    def advance(self, ms: float) -> None: ...
+    @property
+    def now_ms(self) -> float: ...
+    def route(self, paths: _Paths) -> Route: ...
+    def try_acquire(
+        self,
+        paths: _Paths,
+        *,
+        input_tokens: Optional[int] = None,
+        text: Optional[str] = None,
+        messages: Optional[Sequence[Mapping[str, Any]]] = None,
+        model: Optional[str] = None,
+        tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        cached_input_tokens: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+        expected_output_tokens: Optional[int] = None,
+        klass: Optional[str] = None,
+        **extra: Any,
+    ) -> Permit: ...
+    def snapshot(self) -> Dict[str, Any]: ...
+
+@final
+class RetryPolicy:
+    """Whether and when to retry a failed attempt."""
+
+    def __new__(
+        cls,
+        *,
+        max_retries: Optional[int] = None,
+        base_delay_ms: Optional[float] = None,
+        max_delay_ms: Optional[float] = None,
+        budget_ratio: Optional[float] = None,
+        budget_min_retries: Optional[int] = None,
+        budget_window_ms: Optional[float] = None,
+    ) -> "RetryPolicy": ...
+    def record_request(self) -> None: ...
+    def advise(
+        self,
+        status: int,
+        headers: _Headers = None,
+        body: _Body = None,
+        *,
+        attempt: int,
+        deadline_ms: Optional[float] = None,
+        provider: str = "auto",
+    ) -> Dict[str, Any]: ...
+    def advise_connection_error(self, *, attempt: int, deadline_ms: Optional[float] = None) -> Dict[str, Any]: ...
+    def budget_available(self) -> int: ...
+
+def classify_response(status: int, headers: _Headers = None, body: _Body = None, provider: str = "auto") -> Dict[str, Any]: ...
+def count_tokens(text: str, model: Optional[str] = None) -> int: ...
+def count_chat_tokens(
+    messages: Sequence[Mapping[str, Any]],
+    model: Optional[str] = None,
+    tools: Optional[Sequence[Mapping[str, Any]]] = None,
+    *,
+    fast: bool = False,
+) -> int: ...
+def estimate_tokens(text: str) -> int: ...

@@ -1,0 +1,283 @@
+"""The governed transports, written once for `httpx` and its fork `httpx2`
+(which the newer OpenAI and Anthropic SDKs use): `llmgov.httpx` and
+`llmgov.httpx2` bind them to their module. See `llmgov.httpx` for what they do."""
+
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, Optional, Sequence, Union
+
+from . import _wire
+from ._llmgov import Governor, InvalidRequest, Permit, RetryPolicy, Route
+
+#: `paths` for the transport: fixed paths (a path, a list, a Route), or a
+#: function of the request and its parsed JSON body returning them.
+Paths = Union[str, Sequence[str], Route, Callable[[Any, Optional[Dict[str, Any]]], Any]]
+
+_RETRIED = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+
+
+class _Governed:
+    """What both transports share: estimating, admitting, settling, advice."""
+
+    #: The HTTP module (`httpx` or `httpx2`) the concrete transport serves.
+    _http: Any
+
+    def __init__(
+        self,
+        governor: Governor,
+        *,
+        paths: Paths,
+        klass: Optional[str] = None,
+        include_usage: bool = False,
+        default_max_tokens: int = _wire.DEFAULT_MAX_TOKENS,
+        retry: Optional[RetryPolicy] = None,
+        counting: str = "exact",
+    ) -> None:
+        if counting not in ("exact", "fast"):
+            raise InvalidRequest(f"invalid request: `counting` = `{counting!r}`: must be \"exact\" or \"fast\"")
+        self.governor = governor
+        self.fast = counting == "fast"
+        self.paths = paths
+        self.klass = klass
+        self.include_usage = include_usage
+        self.default_max_tokens = default_max_tokens
+        self.retry = retry if retry is not None else RetryPolicy()
+
+    def _prepare(self, request: Any) -> "tuple[Any, _wire.Estimate, Any]":
+        raw = request.content
+        body = _wire.parse_json(raw) if raw else None
+        estimate = _wire.estimate(request.url.path, body, raw, self.default_max_tokens, self.fast)
+        paths = self.paths(request, body) if callable(self.paths) else self.paths
+        if estimate.stream:
+            request = self._for_streaming(request, body, estimate)
+        return request, estimate, paths
+
+    def _for_streaming(self, request: Any, body: Optional[Dict[str, Any]], estimate: _wire.Estimate) -> Any:
+        """A streamed request, with usage asked for when configured, and no
+        compression so the usage events can be read as they pass."""
+        headers = self._http.Headers(request.headers)
+        headers["accept-encoding"] = "identity"
+        content = request.content
+        if self.include_usage and body is not None and estimate.shape == "openai":
+            options = dict(body.get("stream_options") or {})
+            if not options.get("include_usage"):
+                options["include_usage"] = True
+                content = _json_bytes(dict(body, stream_options=options))
+                del headers["content-length"]
+        return self._http.Request(request.method, request.url, headers=headers, content=content, extensions=request.extensions)
+
+    def _admit(self, estimate: _wire.Estimate, paths: Any) -> Permit:
+        return self.governor.try_acquire(
+            paths,
+            input_tokens=estimate.input_tokens,
+            max_output_tokens=estimate.max_output_tokens,
+            klass=self.klass,
+        )
+
+    def _refused(self, permit: Permit, answer: Any, body: bytes, attempt: int) -> Optional[float]:
+        """A 408, 409, 429 or 5xx: reports it (a 429 holds the provider
+        scope's bucket empty until its retry-after), refunds the permit (the
+        provider did not serve it), and returns the seconds to wait before
+        retrying, or None to give up and hand the answer to the caller."""
+        permit.report(answer.status_code, answer.headers, body)
+        permit.cancel()
+        advice = self.retry.advise(answer.status_code, answer.headers, body, attempt=attempt)
+        return advice["delay_ms"] / 1000 if advice["advice"] == "retry_after" else None
+
+    def _connection_advice(self, attempt: int) -> Optional[float]:
+        advice = self.retry.advise_connection_error(attempt=attempt)
+        return advice["delay_ms"] / 1000 if advice["advice"] == "retry_after" else None
+
+    @staticmethod
+    def _finish(permit: Permit, response: Any, content: bytes) -> None:
+        """Reports the answer, then settles from its usage (as estimated when
+        it has none), or cancels it if the provider refused the request."""
+        permit.report(response.status_code, response.headers, content if response.status_code >= 400 else b"")
+        if response.status_code >= 400:
+            permit.cancel()
+            return
+        body = _wire.parse_json(content)
+        usage = body.get("usage") if body else None
+        if isinstance(usage, dict):
+            permit.settle(usage)
+        else:
+            permit.settle()
+
+
+def _json_bytes(value: Dict[str, Any]) -> bytes:
+    import json
+
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _rebuilt(http: Any, response: Any, raw: bytes, request: Any) -> Any:
+    """The same answer over bytes already read, so it can be read again."""
+    return http.Response(
+        response.status_code,
+        headers=response.headers,
+        stream=http.ByteStream(raw),
+        request=request,
+        extensions=response.extensions,
+    )
+
+
+class _SettlingStream:
+    """Passes a streamed answer through, reading its usage, and settles the
+    permit when the stream ends or is closed."""
+
+    def __init__(self, inner: Any, permit: Permit, tracker: _wire.StreamUsage) -> None:
+        self.inner, self.permit, self.tracker = inner, permit, tracker
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self.inner:
+            self.tracker.feed(chunk)
+            yield chunk
+
+    def close(self) -> None:
+        try:
+            self.inner.close()
+        finally:
+            if self.permit.state == "pending":
+                self.permit.settle(**self.tracker.settle_args())
+
+
+class _AsyncSettlingStream:
+    """The async twin of `_SettlingStream`."""
+
+    def __init__(self, inner: Any, permit: Permit, tracker: _wire.StreamUsage) -> None:
+        self.inner, self.permit, self.tracker = inner, permit, tracker
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self.inner:
+            self.tracker.feed(chunk)
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self.inner.aclose()
+        finally:
+            if self.permit.state == "pending":
+                self.permit.settle(**self.tracker.settle_args())
+
+
+def _stream_types(http: Any) -> "tuple[type, type]":
+    """The settling streams as subclasses of `http`'s stream types, which
+    httpx checks with isinstance."""
+    sync = type("SettlingStream", (_SettlingStream, http.SyncByteStream), {})
+    asynchronous = type("AsyncSettlingStream", (_AsyncSettlingStream, http.AsyncByteStream), {})
+    return sync, asynchronous
+
+
+class SyncGoverned(_Governed):
+    """The sync transport's logic; `llmgov.httpx.GovernedTransport` binds it
+    to httpx."""
+
+    _stream: type
+
+    def __init__(self, governor: Governor, *, paths: Paths, transport: Any = None, **options: Any) -> None:
+        _Governed.__init__(self, governor, paths=paths, **options)
+        self.transport = transport if transport is not None else self._http.HTTPTransport()
+
+    def handle_request(self, request: Any) -> Any:
+        request, estimate, paths = self._prepare(request)
+        self.retry.record_request()
+        attempt = 0
+        while True:
+            permit = self._admit(estimate, paths)
+            try:
+                response = self.transport.handle_request(request)
+            except self._http.TransportError:
+                permit.cancel()
+                delay = self._connection_advice(attempt)
+                if delay is None:
+                    raise
+                time.sleep(delay)
+                attempt += 1
+                continue
+            if estimate.stream and response.status_code < 300:
+                permit.report(response.status_code, response.headers, b"")
+                response.stream = self._stream(response.stream, permit, _wire.StreamUsage(estimate.model))
+                return response
+            answer, body = self._read(response, request)
+            if response.status_code not in _RETRIED:
+                self._finish(permit, answer, body)
+                return answer
+            delay = self._refused(permit, answer, body, attempt)
+            if delay is None:
+                return answer
+            time.sleep(delay)
+            attempt += 1
+
+    def _read(self, response: Any, request: Any) -> "tuple[Any, bytes]":
+        """The answer, read, and its decoded body (some transports, such as
+        `MockTransport`, hand over answers already read)."""
+        try:
+            return response, response.content
+        except self._http.ResponseNotRead:
+            pass
+        raw = b"".join(response.iter_raw())
+        response.close()
+        answer = _rebuilt(self._http, response, raw, request)
+        return answer, answer.read()
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+class AsyncGoverned(_Governed):
+    """The async transport's logic; `llmgov.httpx.AsyncGovernedTransport`
+    binds it to httpx."""
+
+    _stream: type
+
+    def __init__(self, governor: Governor, *, paths: Paths, transport: Any = None, **options: Any) -> None:
+        _Governed.__init__(self, governor, paths=paths, **options)
+        self.transport = transport if transport is not None else self._http.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: Any) -> Any:
+        request, estimate, paths = self._prepare(request)
+        self.retry.record_request()
+        attempt = 0
+        while True:
+            permit = self._admit(estimate, paths)
+            try:
+                response = await self.transport.handle_async_request(request)
+            except self._http.TransportError:
+                permit.cancel()
+                delay = self._connection_advice(attempt)
+                if delay is None:
+                    raise
+                await asyncio.sleep(delay)
+                attempt += 1
+                continue
+            if estimate.stream and response.status_code < 300:
+                permit.report(response.status_code, response.headers, b"")
+                response.stream = self._stream(response.stream, permit, _wire.StreamUsage(estimate.model))
+                return response
+            answer, body = await self._read(response, request)
+            if response.status_code not in _RETRIED:
+                self._finish(permit, answer, body)
+                return answer
+            delay = self._refused(permit, answer, body, attempt)
+            if delay is None:
+                return answer
+            await asyncio.sleep(delay)
+            attempt += 1
+
+    async def _read(self, response: Any, request: Any) -> "tuple[Any, bytes]":
+        """The answer, read, and its decoded body (some transports, such as
+        `MockTransport`, hand over answers already read)."""
+        try:
+            return response, response.content
+        except self._http.ResponseNotRead:
+            pass
+        raw = b"".join([chunk async for chunk in response.aiter_raw()])
+        await response.aclose()
+        answer = _rebuilt(self._http, response, raw, request)
+        return answer, await answer.aread()
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()

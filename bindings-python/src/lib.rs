@@ -1,0 +1,30 @@
+//! The compiled part of the `llmgov` Python package (`llmgov._llmgov`): a
+//! thin PyO3 layer over the core. The public API is the `llmgov` package
+//! (`python/llmgov/`); its stubs are `python/llmgov/_llmgov.pyi`.
+
+mod args;
+mod convert;
+mod errors;
+mod feedback;
+mod governor;
+mod permit;
+mod tokens;
+mod usage;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _llmgov(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(module)?;
+    module.add_class::<governor::PyGovernor>()?;
+    module.add_class::<governor::PyRoute>()?;
+    module.add_class::<permit::PyPermit>()?;
+    module.add_class::<permit::Ready>()?;
+    module.add_class::<feedback::PyRetryPolicy>()?;
+    module.add_function(wrap_pyfunction!(feedback::classify_response, module)?)?;
+    module.add_function(wrap_pyfunction!(tokens::count_tokens, module)?)?;
+    module.add_function(wrap_pyfunction!(tokens::count_chat_tokens, module)?)?;
+    module.add_function(wrap_pyfunction!(tokens::estimate_tokens, module)?)?;
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,216 @@
+//! `llmgov.Permit`: a granted reservation, reconciled once.
+
+use llmgov::{Permit, PermitState, Usage};
+use pyo3::exceptions::PyStopIteration;
+use pyo3::prelude::*;
+use pyo3::types::PyInt;
+
+use crate::args::{count, count_of};
+use crate::convert::to_python;
+use crate::errors::{invalid, IntoPyResult};
+use crate::feedback;
+use crate::governor::PyGovernor;
+use crate::usage;
+
+/// A granted reservation. Settle it with actual usage, cancel it if the
+/// request was never sent; left alone it expires after the permit TTL,
+/// charged as estimated.
+#[pyclass(name = "Permit", module = "llmgov._llmgov")]
+pub struct PyPermit {
+    permit: Permit,
+    gov: Py<PyGovernor>,
+}
+
+impl PyPermit {
+    pub fn new(permit: Permit, gov: Py<PyGovernor>) -> Self {
+        PyPermit { permit, gov }
+    }
+
+    fn settle_usage(&mut self, py: Python<'_>, usage: Usage) -> PyResult<()> {
+        self.gov.bind(py).get().gov.settle(&mut self.permit, usage).py_err()
+    }
+}
+
+#[pymethods]
+impl PyPermit {
+    /// Reconciles with actual usage: an SDK usage object or dict, or token
+    /// counts. A count not given keeps what was reserved for it, so
+    /// `settle(output_tokens=n)` keeps the input estimate and `settle()`
+    /// settles as estimated.
+    #[pyo3(signature = (usage = None, *, input_tokens = None, output_tokens = None, cached_input_tokens = None))]
+    fn settle(
+        &mut self,
+        py: Python<'_>,
+        usage: Option<&Bound<'_, PyAny>>,
+        input_tokens: Option<&Bound<'_, PyAny>>,
+        output_tokens: Option<&Bound<'_, PyAny>>,
+        cached_input_tokens: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let actual = match usage.filter(|u| !u.is_none()) {
+            Some(given) => {
+                if input_tokens.is_some() || output_tokens.is_some() || cached_input_tokens.is_some() {
+                    let reason = "give either a usage object or token counts, not both";
+                    return Err(invalid("usage", given, reason));
+                }
+                usage::from_python(given)?
+            }
+            None => {
+                let charged = self.permit.charged();
+                let input = count("input_tokens", input_tokens)?.unwrap_or(charged.input_tokens);
+                let cached_default = charged.cached_input_tokens.min(input);
+                Usage {
+                    input_tokens: input,
+                    output_tokens: count("output_tokens", output_tokens)?.unwrap_or(charged.output_tokens),
+                    cached_input_tokens: count("cached_input_tokens", cached_input_tokens)?.unwrap_or(cached_default),
+                }
+            }
+        };
+        self.settle_usage(py, actual)
+    }
+
+    /// Refunds everything: the request was never sent.
+    fn cancel(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.gov.bind(py).get().gov.cancel(&mut self.permit).py_err()
+    }
+
+    /// Charges `tokens` more streamed output (beyond the reservation only).
+    fn add_output(&mut self, py: Python<'_>, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
+        let tokens = count_of("tokens", tokens)?;
+        self.gov.bind(py).get().gov.add_output(&mut self.permit, tokens).py_err()
+    }
+
+    /// Feeds the provider's answer back into the route's provider scopes
+    /// and returns its classification. Takes `(status, headers, body)`, an
+    /// `httpx.Response`, or an SDK `APIStatusError` (its `.response`).
+    #[pyo3(signature = (status_or_response, headers = None, body = None))]
+    fn report<'py>(
+        &self,
+        py: Python<'py>,
+        status_or_response: &Bound<'py, PyAny>,
+        headers: Option<&Bound<'py, PyAny>>,
+        body: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (status, headers, body) = if status_or_response.is_instance_of::<PyInt>() {
+            let body = match body.filter(|b| !b.is_none()) {
+                Some(b) => feedback::bytes_of("body", b)?,
+                None => Vec::new(),
+            };
+            (feedback::status_of(status_or_response)?, feedback::headers(headers)?, body)
+        } else {
+            response_parts(status_or_response)?
+        };
+        let gov = &self.gov.bind(py).get().gov;
+        let classification = gov.report(&self.permit, status, &headers, &body).py_err()?;
+        to_python(py, &classification)
+    }
+
+    /// `pending`, `settled`, `cancelled` or `expired`.
+    #[getter]
+    fn state(&self) -> &'static str {
+        match self.permit.state() {
+            PermitState::Pending => "pending",
+            PermitState::Settled => "settled",
+            PermitState::Cancelled => "cancelled",
+            PermitState::Expired => "expired",
+        }
+    }
+
+    /// What is charged so far: `input_tokens`, `cached_input_tokens`,
+    /// `output_tokens` (the estimate until settled).
+    #[getter]
+    fn charged<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_python(py, &self.permit.charged())
+    }
+
+    /// When it expires unreconciled, on the governor's clock (ms).
+    #[getter]
+    fn expires_at_ms(&self) -> f64 {
+        self.permit.expires_at() as f64 / 1e6
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Leaving the block: an exception cancels a pending permit (the
+    /// request is taken as never sent); otherwise a permit still pending is
+    /// settled as estimated, freeing its concurrency slot now rather than
+    /// at expiry.
+    fn __exit__(
+        &mut self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        if self.permit.state() == PermitState::Pending {
+            if exc_type.is_some_and(|t| !t.is_none()) {
+                self.cancel(py)?;
+            } else {
+                let charged = self.permit.charged();
+                self.settle_usage(py, charged)?;
+            }
+        }
+        Ok(false)
+    }
+
+    fn __aenter__(slf: Py<Self>) -> Ready {
+        Ready(Some(slf.into_any()))
+    }
+
+    fn __aexit__(
+        &mut self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        exc: Option<&Bound<'_, PyAny>>,
+        tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Ready> {
+        let suppress = self.__exit__(py, exc_type, exc, tb)?;
+        Ok(Ready(Some(suppress.into_pyobject(py)?.to_owned().into_any().unbind())))
+    }
+
+    fn __repr__(&self) -> String {
+        let c = self.permit.charged();
+        format!("Permit(state={:?}, input_tokens={}, output_tokens={})", self.state(), c.input_tokens, c.output_tokens)
+    }
+}
+
+/// Status, headers and body of an `httpx.Response`, or of an SDK error
+/// carrying one in `.response`.
+fn response_parts(value: &Bound<'_, PyAny>) -> PyResult<(u16, feedback::HeaderPairs, Vec<u8>)> {
+    let response = match value.getattr_opt("response")? {
+        Some(inner) if inner.hasattr("status_code")? => inner,
+        _ => value.clone(),
+    };
+    let Some(status) = response.getattr_opt("status_code")? else {
+        let reason = "must be an HTTP status, an httpx.Response or an SDK APIStatusError";
+        return Err(invalid("status_or_response", value, reason));
+    };
+    let headers = feedback::headers(response.getattr_opt("headers")?.as_ref())?;
+    // A response whose body was never read reports its headers only.
+    let body = match response.getattr("content") {
+        Ok(content) => feedback::bytes_of("body", &content).unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
+    Ok((feedback::status_of(&status)?, headers, body))
+}
+
+/// An awaitable that is already done: what `async with permit` awaits.
+#[pyclass(module = "llmgov._llmgov")]
+pub struct Ready(Option<Py<PyAny>>);
+
+#[pymethods]
+impl Ready {
+    fn __await__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let value = self.0.take().unwrap_or_else(|| py.None());
+        Err(PyStopIteration::new_err((value,)))
+    }
+}

@@ -1,0 +1,360 @@
+"""The Python API as a user calls it: construction, admission, settling from
+SDK usage objects, reporting, context managers, counting, and bad input
+getting the named exception (never a bare RuntimeError or TypeError)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import llmgov
+
+CONFIG = """
+[scopes."openai/org/gpt-4o"]
+provider = true
+limits = [
+  { dimension = "requests", amount = 600, window = "1m" },
+  { dimension = "tokens", amount = 6000, window = "1m" },
+  { dimension = "concurrency", amount = 4 },
+]
+[scopes."tenants/*"]
+limits = [{ dimension = "tokens", amount = 3000, window = "1m" }]
+"""
+ROUTE = ["tenants/acme", "openai/org/gpt-4o"]
+
+
+@pytest.fixture
+def gov() -> llmgov.Governor:
+    return llmgov.Governor.from_toml(CONFIG, clock="manual")
+
+
+def limit(gov: llmgov.Governor, path: str, dimension: str) -> Any:
+    scope = next(s for s in gov.snapshot()["scopes"] if s["path"] == path)
+    return next(lim for lim in scope["limits"] if lim["dimension"] == dimension)
+
+
+def test_construction_from_file_dict_json_and_preset(tmp_path: Path) -> None:
+    file = tmp_path / "limits.toml"
+    file.write_text(CONFIG)
+    for gov in (
+        llmgov.Governor.from_toml(file),
+        llmgov.Governor.from_toml(str(file)),
+        llmgov.Governor.from_dict({"scopes": {"a": {"limits": [{"dimension": "requests", "amount": 1, "window": "1s"}]}}}),
+        llmgov.Governor.from_json('{"scopes": {"a": {"limits": [{"dimension": "requests", "amount": 1, "window": "1s"}]}}}'),
+        llmgov.Governor.from_preset("openai-gpt-4o-tier1"),
+    ):
+        assert gov.snapshot()["scopes"]
+
+
+def test_refusal_carries_scope_dimension_and_retry_after(gov: llmgov.Governor) -> None:
+    permit = gov.try_acquire(ROUTE, input_tokens=2500)
+    with pytest.raises(llmgov.RateLimited) as refused:
+        gov.try_acquire(ROUTE, input_tokens=1000)
+    e = refused.value
+    assert (e.code, e.scope, e.dimension, e.gateway_decision) == ("rate_limited", "tenants/acme", "tokens", "rejected_locally")
+    assert e.retry_after_ms == 10_000 and e.retry_after == 10.0
+    gov.advance(e.retry_after_ms)
+    gov.try_acquire(ROUTE, input_tokens=1000).cancel()
+    permit.settle(input_tokens=2500, output_tokens=0)
+    with pytest.raises(llmgov.NeverFits) as never:
+        gov.try_acquire(ROUTE, input_tokens=5000)
+    assert (never.value.scope, never.value.cost, never.value.burst) == ("tenants/acme", 5000, 3000)
+
+
+def test_routes_are_cached_and_reusable(gov: llmgov.Governor) -> None:
+    route = gov.route(ROUTE)
+    assert route.paths == ROUTE and gov.route(tuple(ROUTE)).index == route.index
+    gov.try_acquire(route, input_tokens=10).settle()
+    assert limit(gov, "tenants/acme", "tokens")["in_use"] == 10
+
+
+def test_settle_from_sdk_usage_objects(gov: llmgov.Governor) -> None:
+    from anthropic.types import Usage as AnthropicUsage
+    from openai.types import CompletionUsage
+
+    openai_usage = CompletionUsage(
+        prompt_tokens=100, completion_tokens=20, total_tokens=120, prompt_tokens_details={"cached_tokens": 40}
+    )
+    gov.try_acquire(ROUTE, input_tokens=100, max_output_tokens=500).settle(openai_usage)
+    assert limit(gov, "tenants/acme", "tokens")["in_use"] == 120
+
+    anthropic_usage = AnthropicUsage(input_tokens=50, output_tokens=10, cache_read_input_tokens=30, cache_creation_input_tokens=20)
+    permit = gov.try_acquire(ROUTE, input_tokens=100, max_output_tokens=100)
+    permit.settle(anthropic_usage)
+    # Anthropic leaves cache reads and writes out of input_tokens: 50 + 30 + 20 in all.
+    assert limit(gov, "tenants/acme", "tokens")["in_use"] == 120 + 110
+
+    gov.try_acquire(ROUTE, input_tokens=5).settle({"input_tokens": 7, "output_tokens": 3})
+    assert limit(gov, "tenants/acme", "tokens")["in_use"] == 240
+
+
+def test_settle_keeps_what_is_not_given(gov: llmgov.Governor) -> None:
+    permit = gov.try_acquire(ROUTE, input_tokens=100, max_output_tokens=400)
+    permit.settle(output_tokens=50)
+    assert permit.state == "settled"
+    assert limit(gov, "tenants/acme", "tokens")["in_use"] == 150
+    with pytest.raises(llmgov.PermitFinished) as again:
+        permit.settle(output_tokens=50)
+    assert again.value.code == "permit_finished" and again.value.state == "settled"
+
+
+def test_text_and_messages_are_counted_exactly(gov: llmgov.Governor) -> None:
+    permit = gov.try_acquire(ROUTE, text="tiktoken is great!", model="gpt-4o")
+    assert permit.charged["input_tokens"] == 6 == llmgov.count_tokens("tiktoken is great!", model="gpt-4o")
+    messages = [{"role": "user", "content": "Hello!"}]
+    permit = gov.try_acquire(ROUTE, messages=messages, model="gpt-4o")
+    assert permit.charged["input_tokens"] == 9 == llmgov.count_chat_tokens(messages, model="gpt-4o")
+    assert 0 < llmgov.count_chat_tokens(messages, model="gpt-4o", fast=True)
+    assert llmgov.estimate_tokens("hello world") > 0
+
+
+def test_add_output_and_cancel(gov: llmgov.Governor) -> None:
+    permit = gov.try_acquire(ROUTE, input_tokens=10, max_output_tokens=10)
+    permit.add_output(25)
+    assert limit(gov, "tenants/acme", "tokens")["in_use"] == 35
+    permit.cancel()
+    assert limit(gov, "tenants/acme", "tokens")["in_use"] == 0
+    assert limit(gov, "openai/org/gpt-4o", "concurrency")["in_use"] == 0
+
+
+def test_report_takes_status_headers_body_or_a_response(gov: llmgov.Governor) -> None:
+    body = b'{"error":{"message":"Rate limit reached","type":"tokens","code":"rate_limit_exceeded"}}'
+    headers = {"retry-after": "20", "x-ratelimit-remaining-tokens": "0"}
+    permit = gov.try_acquire(ROUTE, input_tokens=10)
+    report = permit.report(429, headers, body)
+    assert report["limited"] and report["kind"] == "rate_limited" and report["retry_after_ms"] == 20_000
+    permit.cancel()
+    assert gov.snapshot()["admitted_then_provider_rejected"] == 1
+    with pytest.raises(llmgov.RateLimited) as held:
+        gov.try_acquire(ROUTE, input_tokens=10)
+    assert held.value.scope == "openai/org/gpt-4o"
+
+    response = httpx.Response(429, headers=headers, content=body, request=httpx.Request("POST", "http://x/v1"))
+    gov.advance(20_000)
+    permit = gov.try_acquire(ROUTE, input_tokens=10)
+    assert permit.report(response)["dimension"] == "tokens"
+    import openai
+
+    error = openai.RateLimitError("limited", response=response, body=None)
+    assert permit.report(error)["retry_after_ms"] == 20_000
+    permit.cancel()
+
+
+def test_classify_response_fields() -> None:
+    c = llmgov.classify_response(
+        529, [("content-type", "application/json")], b'{"type":"error","error":{"type":"overloaded_error"}}'
+    )
+    assert set(c) >= {"limited", "kind", "dimension", "retry_after_ms", "remaining", "limit", "reset_ms", "retryable"}
+    assert c["kind"] == "overloaded" and c["retryable"]
+    assert llmgov.classify_response(200, {}, b"")["limited"] is False
+
+
+def test_retry_policy_follows_the_core() -> None:
+    policy = llmgov.RetryPolicy(max_retries=1, base_delay_ms=100)
+    first = policy.advise(429, {"retry-after": "2"}, b"", attempt=0)
+    assert first == {"advice": "retry_after", "delay_ms": 2000, "reason": {"code": "rate_limited", "dimension": "unknown"}}
+    assert policy.advise(429, {}, b"", attempt=1)["advice"] == "give_up"
+    assert policy.advise(400, {}, b"", attempt=0)["reason"]["code"] == "not_retryable"
+    assert policy.advise_connection_error(attempt=0, deadline_ms=0)["reason"]["code"] in ("deadline_exceeded", "connection_error")
+
+
+def test_with_block_cancels_on_error_and_settles_otherwise(gov: llmgov.Governor) -> None:
+    with pytest.raises(ValueError):
+        with gov.try_acquire(ROUTE, input_tokens=100) as permit:
+            raise ValueError("the call failed")
+    assert permit.state == "cancelled"
+    with gov.try_acquire(ROUTE, input_tokens=100, max_output_tokens=10) as permit:
+        permit.settle(output_tokens=5)
+    assert limit(gov, "tenants/acme", "tokens")["in_use"] == 105
+    with gov.try_acquire(ROUTE, input_tokens=100) as permit:
+        pass
+    assert permit.state == "settled"
+
+
+async def test_async_with_block(gov: llmgov.Governor) -> None:
+    with pytest.raises(KeyError):
+        async with gov.try_acquire(ROUTE, input_tokens=100) as permit:
+            raise KeyError("x")
+    assert permit.state == "cancelled"
+    async with gov.try_acquire(ROUTE, input_tokens=100) as permit:
+        permit.settle(output_tokens=1)
+    assert permit.state == "settled"
+
+
+def test_expiry_on_the_manual_clock() -> None:
+    gov = llmgov.Governor.from_dict(
+        {"permit_ttl": "16s", "scopes": {"p": {"limits": [{"dimension": "concurrency", "amount": 1}]}}}, clock="manual"
+    )
+    permit = gov.try_acquire("p")
+    gov.advance(17_000)
+    with pytest.raises(llmgov.PermitExpired) as expired:
+        permit.settle()
+    assert expired.value.code == "permit_expired"
+    assert gov.snapshot()["expired_permits"] == 1
+    gov.try_acquire("p").cancel()
+
+
+def test_counting_long_text_releases_the_gil() -> None:
+    """Another thread runs Python while a long text is counted."""
+    text = "lorem ipsum dolor sit amet " * 400_000
+    ticks = []
+    done = threading.Event()
+
+    def ticker() -> None:
+        while not done.is_set():
+            ticks.append(1)
+
+    thread = threading.Thread(target=ticker)
+    thread.start()
+    try:
+        before = len(ticks)
+        assert llmgov.count_tokens(text) > 1_000_000
+        during = len(ticks) - before
+    finally:
+        done.set()
+        thread.join()
+    assert during > 1000, f"the other thread ran only {during} times while counting"
+
+
+BAD_ACQUIRE = [
+    ({"input_tokens": -1}, "input_tokens", "must not be negative"),
+    ({"input_tokens": "12"}, "input_tokens", "not str"),
+    ({"input_tokens": 1.5}, "input_tokens", "not float"),
+    ({"input_tokens": True}, "input_tokens", "not bool"),
+    ({"max_output_tokens": 2**70}, "max_output_tokens", "too large"),
+    ({"max_output_tokens": 2**41}, "max_output_tokens", "more than"),
+    ({"cached_input_tokens": 5, "input_tokens": 1}, "cached_input_tokens", "exceeds input_tokens"),
+    ({"colour": "red"}, "colour", "no argument"),
+    ({"text": "hi", "messages": []}, "text", "only one of"),
+    ({"text": b"bytes"}, "text", "must be a string"),
+    ({"messages": "hi"}, "messages", "list of message dicts"),
+    ({"messages": [{"content": "no role"}]}, "messages[0]", "has no `role`"),
+    ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content", "string, None or a list"),
+    ({"model": 4, "text": "x"}, "model", "must be a string"),
+    ({"klass": 1}, "klass", "must be a string"),
+]
+
+
+@pytest.mark.parametrize("kwargs,field,says", BAD_ACQUIRE, ids=[b[1] + ":" + b[2] for b in BAD_ACQUIRE])
+def test_bad_acquire_arguments_are_invalid_request(gov: llmgov.Governor, kwargs: Any, field: str, says: str) -> None:
+    gov.route(ROUTE)  # makes the tenant's scope, to read it afterwards
+    with pytest.raises(llmgov.InvalidRequest) as bad:
+        gov.try_acquire(ROUTE, **kwargs)
+    assert bad.value.code == "invalid_request" and bad.value.field == field
+    assert says in str(bad.value) and field in str(bad.value)
+    assert limit(gov, "tenants/acme", "tokens")["in_use"] == 0, "a refused request reserved something"
+
+
+@pytest.mark.parametrize(
+    "paths,error,code",
+    [
+        ([], llmgov.InvalidRequest, "invalid_request"),
+        (42, llmgov.InvalidRequest, "invalid_request"),
+        ([1, 2], llmgov.InvalidRequest, "invalid_request"),
+        ("nowhere/at/all", llmgov.UnknownScope, "unknown_scope"),
+        ("openai//gpt-4o", llmgov.InvalidPath, "invalid_path"),
+    ],
+)
+def test_bad_paths(gov: llmgov.Governor, paths: Any, error: type, code: str) -> None:
+    with pytest.raises(error) as bad:
+        gov.try_acquire(paths, input_tokens=1)
+    assert bad.value.code == code
+
+
+def test_bad_settle_and_report_arguments(gov: llmgov.Governor) -> None:
+    permit = gov.try_acquire(ROUTE, input_tokens=10)
+    for call, field in [
+        (lambda: permit.settle(output_tokens=-3), "output_tokens"),
+        (lambda: permit.settle({"prompt_tokens": "many"}), "usage.prompt_tokens"),
+        (lambda: permit.settle({"tokens": 3}), "usage"),
+        (lambda: permit.settle({"input_tokens": 1}, output_tokens=2), "usage"),
+        (lambda: permit.add_output(-1), "tokens"),
+        (lambda: permit.report(1000, {}, b""), "status"),
+        (lambda: permit.report(429, 5, b""), "headers"),
+        (lambda: permit.report(429, {}, 7), "body"),
+        (lambda: permit.report(object()), "status_or_response"),
+    ]:
+        with pytest.raises(llmgov.InvalidRequest) as bad:
+            call()
+        assert bad.value.field == field, str(bad.value)
+    assert permit.state == "pending", "bad input must not reconcile the permit"
+    permit.settle()
+
+
+def test_bad_configs_are_config_errors(tmp_path: Path) -> None:
+    cases = [
+        (lambda: llmgov.Governor.from_dict({"scopes": {"a": {"limits": [{"dimension": "tokens", "amount": 0, "window": "1m"}]}}}), "amount"),
+        (lambda: llmgov.Governor.from_dict({"scopes": {"a": {"limitz": []}}}), "limitz"),
+        (lambda: llmgov.Governor.from_dict({"scopes": {"a": {"limits": [{"dimension": "tokens", "amount": 1, "window": "soon"}]}}}), "window"),
+        (lambda: llmgov.Governor.from_dict([1, 2]), "config"),  # type: ignore[arg-type]
+        (lambda: llmgov.Governor.from_dict({"scopes": {"a": object()}}), "config"),
+        (lambda: llmgov.Governor.from_toml(tmp_path / "missing.toml"), "path"),
+        (lambda: llmgov.Governor.from_toml("[scopes"), "scopes"),
+        (lambda: llmgov.Governor.from_preset("openai-gpt-4o-tier1", clock="sundial"), "clock"),  # type: ignore[arg-type]
+    ]
+    for call, field in cases:
+        with pytest.raises(llmgov.ConfigError) as bad:
+            call()
+        assert bad.value.code == "invalid_config"
+        assert field in str(bad.value), str(bad.value)
+    with pytest.raises(llmgov.UnknownPreset) as unknown:
+        llmgov.Governor.from_preset("openai-gpt-9")
+    assert "openai-gpt-4o-tier1" in unknown.value.known
+
+
+def test_advance_needs_the_manual_clock() -> None:
+    gov = llmgov.Governor.from_preset("openai-gpt-4o-tier1")
+    with pytest.raises(llmgov.InvalidRequest) as bad:
+        gov.advance(10)
+    assert bad.value.field == "clock"
+    manual = llmgov.Governor.from_preset("openai-gpt-4o-tier1", clock="manual")
+    for ms in (-1, float("nan"), "10"):
+        with pytest.raises(llmgov.InvalidRequest):
+            manual.advance(ms)  # type: ignore[arg-type]
+    manual.advance(1.5)
+    assert manual.now_ms == 1.5
+
+
+def test_every_error_is_an_llmgov_error_with_a_code() -> None:
+    for cls in (
+        llmgov.RateLimited,
+        llmgov.NeverFits,
+        llmgov.ConfigError,
+        llmgov.InvalidPath,
+        llmgov.UnknownScope,
+        llmgov.UnknownPreset,
+        llmgov.InvalidRequest,
+        llmgov.PermitFinished,
+        llmgov.PermitExpired,
+    ):
+        assert issubclass(cls, llmgov.Error) and isinstance(cls.code, str) and cls.code != "error"
+    assert llmgov.errors.RateLimited is llmgov.RateLimited
+
+
+def test_the_readme_quickstart_runs() -> None:
+    import runpy
+
+    runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "quickstart.py"), run_name="__main__")
+
+
+def test_the_transport_example_runs(mock_server_factory: Any) -> None:
+    import asyncio
+    import runpy
+
+    config = (Path(__file__).resolve().parents[2] / "cli" / "mock" / "test.toml").read_text()
+    server = mock_server_factory(config)
+    example = runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "openai_transport.py"))
+    asyncio.run(example["main"](server.url))
+
+
+def test_the_readme_quick_start_is_the_example() -> None:
+    """The README's Python quick start is examples/quickstart.py, which runs above."""
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    block = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    example = (root / "examples" / "quickstart.py").read_text().split('"""', 2)[2].lstrip("\n")
+    assert block == example
