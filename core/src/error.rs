@@ -95,6 +95,30 @@ pub enum Error {
     /// concurrency freed, so it can no longer be settled.
     #[error("permit expired: it was not settled within its TTL and was charged as estimated")]
     PermitExpired,
+    /// A waiting request was not admitted within its deadline (the
+    /// request's own, the class's maximum wait, or the blocking timeout):
+    /// refused at once when its predicted wait was already longer, or when
+    /// the deadline passed. Nothing is reserved.
+    #[error("deadline exceeded after waiting {} ms{}", crate::time::ceil_ms(*.waited), fmt_retry(.retry_after))]
+    #[non_exhaustive]
+    DeadlineExceeded {
+        /// How long it waited; zero when refused at once.
+        waited: Duration,
+        /// The predicted wait from now, if known: retrying sooner is futile.
+        retry_after: Option<Duration>,
+    },
+    /// The request's traffic class already has as many waiters as its
+    /// queue bound allows; refused at once, nothing reserved.
+    #[error("queue of class `{class}` is full ({bound} waiting){}", fmt_retry(.retry_after))]
+    #[non_exhaustive]
+    QueueFull {
+        /// The class's name (empty for the unnamed default class).
+        class: Arc<str>,
+        /// Its queue bound.
+        bound: usize,
+        /// The predicted time until the queue drains below its bound, if known.
+        retry_after: Option<Duration>,
+    },
 }
 
 fn fmt_retry(retry_after: &Option<Duration>) -> String {
@@ -117,6 +141,8 @@ impl Error {
             Error::InvalidRequest { .. } => "invalid_request",
             Error::PermitFinished { .. } => "permit_finished",
             Error::PermitExpired => "permit_expired",
+            Error::DeadlineExceeded { .. } => "deadline_exceeded",
+            Error::QueueFull { .. } => "queue_full",
         }
     }
 

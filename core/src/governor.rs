@@ -7,6 +7,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::feedback::{classify_response, Classification, ProviderHint};
 use crate::ledger::permit::ClassId;
 use crate::ledger::Ledger;
+use crate::scheduler::{Acquire, QueueMetrics, Waiting};
 use crate::tokens::{Accuracy, ErrorSummary, OutputModel, Side};
 use crate::{Config, Permit, Request, Result, Route, ScopeId, ScopeSnapshot, Snapshot, Usage};
 
@@ -29,6 +30,8 @@ pub struct Governor {
     ledger: Arc<Ledger>,
     clock: Arc<dyn Clock>,
     learning: Arc<Learning>,
+    /// Queues of requests waiting for admission ([`crate::scheduler`]).
+    waiting: Arc<Waiting>,
 }
 
 /// What settled usage teaches: output lengths per route and class, for
@@ -80,7 +83,8 @@ impl Governor {
 
     /// A governor on the given clock (a [`crate::ManualClock`] in tests).
     pub fn with_clock(config: &Config, clock: Arc<dyn Clock>) -> Result<Self> {
-        Ok(Governor { ledger: Arc::new(Ledger::new(config)?), clock, learning: Arc::new(Learning::new(config)?) })
+        let (ledger, learning) = (Arc::new(Ledger::new(config)?), Arc::new(Learning::new(config)?));
+        Ok(Governor { ledger, clock, learning, waiting: Arc::new(Waiting::new(config)?) })
     }
 
     /// A governor from TOML text.
@@ -161,6 +165,7 @@ impl Governor {
         if self.ledger.reserves_expected_output() {
             learning.outputs.record(route, learning.name(permit.class()), actual.output_tokens);
         }
+        self.waiting.kick(&self.ledger, &*self.clock);
         Ok(())
     }
 
@@ -176,7 +181,9 @@ impl Governor {
     /// `route` back into the route's provider scopes; see [`Ledger::observe`].
     /// Call it for successes too: their headers keep the buckets honest.
     pub fn observe(&self, route: Route, feedback: &Classification) -> Result<usize> {
-        self.ledger.observe(route, feedback, self.clock.now())
+        let updated = self.ledger.observe(route, feedback, self.clock.now())?;
+        self.waiting.kick(&self.ledger, &*self.clock);
+        Ok(updated)
     }
 
     /// Classifies a provider's answer to `permit`'s request and feeds it
@@ -197,12 +204,105 @@ impl Governor {
 
     /// Refunds a permit whose request was never sent; see [`Ledger::cancel`].
     pub fn cancel(&self, permit: &mut Permit) -> Result<()> {
-        self.ledger.cancel(permit, self.clock.now())
+        self.ledger.cancel(permit, self.clock.now())?;
+        self.waiting.kick(&self.ledger, &*self.clock);
+        Ok(())
     }
 
     /// Charges streamed output as it arrives; see [`Ledger::add_output`].
     pub fn add_output(&self, permit: &mut Permit, tokens: u64) -> Result<()> {
         self.ledger.add_output(permit, tokens, self.clock.now())
+    }
+
+    /// Waits fairly for admission: resolves to a [`Permit`] once the
+    /// request is admitted, or to [`crate::Error::DeadlineExceeded`],
+    /// [`crate::Error::QueueFull`] or [`crate::Error::NeverFits`]. Dropping
+    /// the future leaves the queue (a permit granted at that moment is
+    /// cancelled). Waiters are served by class priority, guarantee, then
+    /// deficit round robin across tenants; see [`crate::scheduler`]. The
+    /// request's deadline counts from this call. The future runs on any
+    /// executor, is `Send + 'static`, and is woken by settles, cancels and
+    /// the governor's timer thread (on a [`crate::ManualClock`], call
+    /// [`Self::wake_waiters`] after advancing it).
+    ///
+    /// ```
+    /// # use llmgov::{Governor, Request, Usage};
+    /// # use std::time::Duration;
+    /// let gov = Governor::from_toml(r#"
+    ///     [scopes."openai/gpt-4o"]
+    ///     limits = [{ dimension = "tokens", amount = 30000, window = "1m" }]
+    /// "#)?;
+    /// let route = gov.route(&["openai/gpt-4o"])?;
+    /// let request = Request::new(route)
+    ///     .input_tokens(1200)
+    ///     .max_output_tokens(300)
+    ///     .class(gov.class("interactive"))
+    ///     .deadline(Duration::from_secs(5));
+    /// # let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    /// # runtime.block_on(async {
+    /// let mut permit = gov.acquire(&request).await?;
+    /// // … call the provider …
+    /// gov.settle(&mut permit, Usage::new(1180, 212))?;
+    /// # Ok::<(), llmgov::Error>(())
+    /// # })?;
+    /// # Ok::<(), llmgov::Error>(())
+    /// ```
+    pub fn acquire(&self, request: &Request) -> Acquire {
+        match self.enter(request, None) {
+            Ok(Ok(permit)) => Acquire::done(Ok(permit)),
+            Ok(Err(guard)) => Acquire::waiting(guard),
+            Err(error) => Acquire::done(Err(error)),
+        }
+    }
+
+    /// Waits as [`Self::acquire`] does, parking the calling thread, for at
+    /// most `timeout` (and the request's deadline, and its class's maximum
+    /// wait). Timing out is [`crate::Error::DeadlineExceeded`].
+    pub fn acquire_blocking(&self, request: &Request, timeout: Option<std::time::Duration>) -> Result<Permit> {
+        match self.enter(request, timeout)? {
+            Ok(permit) => Ok(permit),
+            Err(guard) => guard.wait(),
+        }
+    }
+
+    /// Queues a request: its permit if admitted at once, else its guard.
+    fn enter(
+        &self,
+        request: &Request,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<std::result::Result<Permit, crate::scheduler::Guard>> {
+        let mut request = *request;
+        if self.ledger.reserves_expected_output() && request.expected_output_tokens.is_none() {
+            let expected = self.expected_output(request.route, request.class, Some(request.max_output_tokens));
+            request.expected_output_tokens = Some(expected);
+        }
+        let name = self.learning.name(request.class);
+        match self.waiting.enter(&self.ledger, &self.clock, request, name, timeout)? {
+            crate::scheduler::Entry::Admitted(permit) => Ok(Ok(permit)),
+            crate::scheduler::Entry::Waiting(id, slot) => Ok(Err(crate::scheduler::Guard::new(
+                self.waiting.clone(),
+                self.ledger.clone(),
+                self.clock.clone(),
+                id,
+                slot,
+            ))),
+        }
+    }
+
+    /// Polls the waiting queues at the clock's time now: admits whoever can
+    /// pass and refuses whoever's deadline came. Call it after moving a
+    /// [`crate::ManualClock`], or after changing limits; settles, cancels and
+    /// the timer thread call it otherwise. Returns how long until the next
+    /// time-driven change (a refill, a deadline), if any.
+    pub fn wake_waiters(&self) -> Option<std::time::Duration> {
+        let next = self.waiting.poll_now(&self.ledger, &*self.clock)?;
+        Some(std::time::Duration::from_nanos(next.saturating_sub(self.clock.now())))
+    }
+
+    /// The waiting queues now: depth, oldest waiter's age, admitted,
+    /// expired and refused counts, per traffic class.
+    pub fn queue_metrics(&self) -> QueueMetrics {
+        self.waiting.metrics(self.clock.now())
     }
 
     /// Every scope and counter now.

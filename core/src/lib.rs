@@ -47,6 +47,7 @@ mod error;
 pub mod feedback;
 mod governor;
 pub mod ledger;
+pub mod scheduler;
 mod snapshot;
 mod time;
 pub mod tokens;
@@ -60,6 +61,7 @@ pub use governor::Governor;
 pub use ledger::permit::{ClassId, Permit, PermitState, Request, Route};
 pub use ledger::registry::ScopeId;
 pub use ledger::Ledger;
+pub use scheduler::{Acquire, QueueMetrics};
 pub use snapshot::{LimitSnapshot, ScopeSnapshot, Snapshot};
 pub use time::{ceil_ms, NS_PER_MS};
 

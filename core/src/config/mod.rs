@@ -2,6 +2,7 @@
 //! the compiled limits the ledger enforces. A config that loads is valid;
 //! the hot path never parses or checks it again.
 
+pub mod classes;
 mod compile;
 mod presets;
 
@@ -48,6 +49,14 @@ pub struct Config {
     /// `reserve_output = "expected"` (default: p95, 20 samples first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<crate::tokens::OutputConfig>,
+    /// Traffic classes' queues by name (priority, queue bound, maximum
+    /// wait, DRR quantum); see [`classes`]. Built-in classes need no entry.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub classes: BTreeMap<String, classes::ClassConfig>,
+    /// Fair-share weights, guarantees and ceilings by scope path or
+    /// template; see [`classes`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub shares: BTreeMap<String, classes::ShareConfig>,
 }
 
 /// The limits of one scope (or of every scope a template makes).
@@ -168,6 +177,7 @@ impl Config {
 
     /// Checks every rule without building a governor.
     pub fn validate(&self) -> Result<()> {
+        classes::compile(&self.classes, &self.shares)?;
         compile(self).map(drop)
     }
 }

@@ -70,6 +70,12 @@ pub struct Request {
     pub expected_output_tokens: Option<u64>,
     /// The request's traffic class.
     pub class: ClassId,
+    /// Order among the waiting requests of one tenant in one class: higher
+    /// first, then first come (default 0). Only waiting uses it.
+    pub priority: i32,
+    /// The longest [`crate::Governor::acquire`] may wait, from the call;
+    /// the class's maximum wait caps it. `None`: the class's maximum wait.
+    pub deadline: Option<std::time::Duration>,
 }
 
 impl Request {
@@ -83,7 +89,21 @@ impl Request {
             max_output_tokens: 0,
             expected_output_tokens: None,
             class: ClassId::default(),
+            priority: 0,
+            deadline: None,
         }
+    }
+
+    /// Sets the request's priority among its tenant's waiting requests.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Sets how long [`crate::Governor::acquire`] may wait for it, from the call.
+    pub fn deadline(mut self, deadline: std::time::Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
     }
 
     /// Sets the estimated prompt tokens.

@@ -1,0 +1,102 @@
+//! The future [`crate::Governor::acquire`] returns, and the guard that makes
+//! leaving the queue (a dropped future, a panicking thread) leak nothing.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use super::waiting::{Slot, Waiting};
+use super::WaiterId;
+use crate::{Clock, Ledger, Permit, Result};
+
+/// A request waiting for admission: resolves to its [`Permit`] or to why it
+/// was refused. Dropping it before then takes the request out of its queue;
+/// a permit granted at that very moment is cancelled, so nothing leaks.
+///
+/// It needs no particular async runtime: the governor's own timer thread
+/// and the hooks in `settle`/`cancel` wake it. It is `Send + 'static`.
+#[must_use = "a request waits only while its Acquire is polled; dropping it leaves the queue"]
+#[derive(Debug)]
+pub struct Acquire {
+    state: State,
+}
+
+#[derive(Debug)]
+enum State {
+    Done(Option<Result<Permit>>),
+    Waiting(Guard),
+}
+
+/// A queued waiter; dropped unanswered, it leaves the queue.
+#[derive(Debug)]
+pub(crate) struct Guard {
+    waiting: Arc<Waiting>,
+    ledger: Arc<Ledger>,
+    clock: Arc<dyn Clock>,
+    id: WaiterId,
+    slot: Arc<Slot>,
+    answered: bool,
+}
+
+impl Guard {
+    pub fn new(
+        waiting: Arc<Waiting>,
+        ledger: Arc<Ledger>,
+        clock: Arc<dyn Clock>,
+        id: WaiterId,
+        slot: Arc<Slot>,
+    ) -> Self {
+        Guard { waiting, ledger, clock, id, slot, answered: false }
+    }
+
+    /// Parks the calling thread until the answer comes.
+    pub fn wait(mut self) -> Result<Permit> {
+        let outcome = self.slot.wait();
+        self.answered = true;
+        outcome
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.waiting.leave(self.id, &self.slot, &self.ledger, &*self.clock);
+        }
+    }
+}
+
+impl Acquire {
+    pub(crate) fn done(outcome: Result<Permit>) -> Self {
+        Acquire { state: State::Done(Some(outcome)) }
+    }
+
+    pub(crate) fn waiting(guard: Guard) -> Self {
+        Acquire { state: State::Waiting(guard) }
+    }
+
+    /// Whether the request is still in its queue (not yet answered).
+    pub fn is_waiting(&self) -> bool {
+        matches!(&self.state, State::Waiting(g) if !g.answered)
+    }
+}
+
+impl Future for Acquire {
+    type Output = Result<Permit>;
+
+    /// # Panics
+    /// If polled again after it returned `Ready`.
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.get_mut().state {
+            State::Done(outcome) => Poll::Ready(outcome.take().expect("Acquire polled after it completed")),
+            State::Waiting(guard) if guard.answered => panic!("Acquire polled after it completed"),
+            State::Waiting(guard) => match guard.slot.poll(cx.waker()) {
+                Some(outcome) => {
+                    guard.answered = true;
+                    Poll::Ready(outcome)
+                }
+                None => Poll::Pending,
+            },
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! What waits: waiters, grouped into flows (one per tenant) within a class.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use crate::config::classes::{ClassSettings, ShareSettings};
+use crate::{Dimension, Request};
+
+/// A waiter's handle in a [`super::Scheduler`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WaiterId(pub(crate) u64);
+
+/// A flow is named by the scope its share is configured on (or by its route).
+pub(crate) type FlowKey = Arc<str>;
+
+/// What one request will take of each kind of limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Cost {
+    pub requests: u64,
+    pub input: u64,
+    pub max_output: u64,
+    pub expected_output: u64,
+}
+
+impl Cost {
+    pub fn of(request: &Request) -> Self {
+        Cost {
+            requests: 1,
+            input: request.input_tokens,
+            max_output: request.max_output_tokens,
+            expected_output: request.expected_output(),
+        }
+    }
+
+    /// The token cost deficit round robin and the HTB meters count: what the
+    /// request is expected to use, at least 1 so token-free requests rotate too.
+    pub fn tokens(&self) -> u64 {
+        self.input.saturating_add(self.expected_output).max(1)
+    }
+
+    /// What a limit of `dimension` is charged, given what it reserves for output.
+    pub fn on(&self, dimension: Dimension, reserves_expected: bool) -> u64 {
+        let output = if reserves_expected { self.expected_output } else { self.max_output };
+        match dimension {
+            Dimension::Requests => self.requests,
+            Dimension::InputTokens => self.input,
+            Dimension::OutputTokens => output,
+            Dimension::Tokens => self.input.saturating_add(output),
+            Dimension::Concurrency => 0,
+        }
+    }
+
+    pub fn add(&mut self, other: &Cost) {
+        self.requests += other.requests;
+        self.input = self.input.saturating_add(other.input);
+        self.max_output = self.max_output.saturating_add(other.max_output);
+        self.expected_output = self.expected_output.saturating_add(other.expected_output);
+    }
+
+    pub fn sub(&mut self, other: &Cost) {
+        self.requests -= other.requests;
+        self.input -= other.input;
+        self.max_output -= other.max_output;
+        self.expected_output -= other.expected_output;
+    }
+
+    /// `fraction` (in [0, 1]) of this cost, rounded down.
+    pub fn scaled(&self, fraction: f64) -> Cost {
+        let f = |v: u64| (v as f64 * fraction) as u64;
+        Cost {
+            requests: f(self.requests),
+            input: f(self.input),
+            max_output: f(self.max_output),
+            expected_output: f(self.expected_output),
+        }
+    }
+}
+
+/// One limit on a route, as prediction needs it.
+#[derive(Debug, Clone)]
+pub(crate) struct RouteLimit {
+    pub scope: crate::ScopeId,
+    pub index: usize,
+    pub dimension: Dimension,
+    pub reserves_expected: bool,
+}
+
+/// What the scheduler keeps about a route: its scopes, its flow and share.
+#[derive(Debug)]
+pub(crate) struct RouteInfo {
+    /// Every scope path the route charges.
+    pub scopes: Vec<Arc<str>>,
+    pub flow: FlowKey,
+    pub share: ShareSettings,
+    pub limits: Vec<RouteLimit>,
+}
+
+impl RouteInfo {
+    pub fn shares_scope_with(&self, other: &RouteInfo) -> bool {
+        self.scopes.iter().any(|s| other.scopes.contains(s))
+    }
+}
+
+/// One waiting request.
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    pub id: WaiterId,
+    pub request: Request,
+    pub cost: Cost,
+    pub route: Arc<RouteInfo>,
+    pub enqueued_at: u64,
+}
+
+/// Waiters of one flow are served highest priority first, then first come.
+pub(crate) type Order = (Reverse<i32>, u64);
+
+/// One tenant's waiters in one class.
+#[derive(Debug)]
+pub(crate) struct Flow {
+    pub weight: u64,
+    pub waiters: BTreeMap<Order, Waiter>,
+    /// Tokens this flow may still be admitted in its current round.
+    pub deficit: u64,
+    /// Whether it got its quantum for the visit in progress.
+    pub credited: bool,
+    /// The sum of its waiters' costs.
+    pub backlog: Cost,
+}
+
+impl Flow {
+    pub fn new(weight: u32) -> Self {
+        Flow { weight: weight as u64, waiters: BTreeMap::new(), deficit: 0, credited: false, backlog: Cost::default() }
+    }
+
+    pub fn head(&self) -> Option<&Waiter> {
+        self.waiters.values().next()
+    }
+
+    pub fn remove(&mut self, order: &Order) -> Option<Waiter> {
+        let waiter = self.waiters.remove(order)?;
+        self.backlog.sub(&waiter.cost);
+        Some(waiter)
+    }
+}
+
+/// Counters of one class.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ClassCounts {
+    pub admitted: u64,
+    pub expired: u64,
+    pub refused_queue_full: u64,
+    pub refused_deadline: u64,
+    pub refused_other: u64,
+    pub withdrawn: u64,
+    pub max_wait_ns: u64,
+}
+
+/// One traffic class's queue: flows in round-robin order.
+#[derive(Debug)]
+pub(crate) struct ClassQueue {
+    pub name: Arc<str>,
+    pub settings: ClassSettings,
+    pub flows: HashMap<FlowKey, Flow>,
+    /// Round-robin order of flows with waiters.
+    pub order: Vec<FlowKey>,
+    /// Where each HTB phase's round robin resumes.
+    pub cursor: [usize; 2],
+    /// Waiters by arrival, for the oldest one's age.
+    pub arrivals: BTreeSet<(u64, WaiterId)>,
+    pub counts: ClassCounts,
+}
+
+impl ClassQueue {
+    pub fn new(name: &str, settings: ClassSettings) -> Self {
+        ClassQueue {
+            name: name.into(),
+            settings,
+            flows: HashMap::new(),
+            order: Vec::new(),
+            cursor: [0; 2],
+            arrivals: BTreeSet::new(),
+            counts: ClassCounts::default(),
+        }
+    }
+
+    pub fn depth(&self) -> usize {
+        self.arrivals.len()
+    }
+
+    pub fn push(&mut self, order: Order, waiter: Waiter) {
+        self.arrivals.insert((waiter.enqueued_at, waiter.id));
+        let flow = waiter.route.flow.clone();
+        let entry = self.flows.entry(flow.clone()).or_insert_with(|| {
+            self.order.push(flow);
+            Flow::new(waiter.route.share.weight)
+        });
+        entry.backlog.add(&waiter.cost);
+        entry.waiters.insert(order, waiter);
+    }
+
+    /// Takes a waiter out of the queue (the flow stays until it is visited
+    /// empty, so the round-robin order is kept).
+    pub fn take(&mut self, flow: &FlowKey, order: &Order) -> Option<Waiter> {
+        let waiter = self.flows.get_mut(flow)?.remove(order)?;
+        self.arrivals.remove(&(waiter.enqueued_at, waiter.id));
+        Some(waiter)
+    }
+
+    /// Drops the flow at `position` in the round robin, forgetting its deficit.
+    pub fn drop_flow(&mut self, position: usize) {
+        let key = self.order.remove(position);
+        self.flows.remove(&key);
+        for cursor in &mut self.cursor {
+            if *cursor > position {
+                *cursor -= 1;
+            }
+        }
+    }
+}

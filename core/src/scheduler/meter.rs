@@ -1,0 +1,122 @@
+//! HTB meters: a flow's guaranteed rate and its ceiling, each a GCRA over
+//! the tokens the flow was admitted, read and charged only by the scheduler.
+
+use crate::config::classes::ShareSettings;
+
+/// One rate as a GCRA: the theoretical arrival time of the next token.
+#[derive(Debug, Clone, Copy)]
+struct Gcra {
+    /// Tokens per window.
+    amount: u64,
+    window_ns: u64,
+    /// When the meter is back to empty; `<= now` means it holds a full window.
+    tat: u64,
+}
+
+impl Gcra {
+    fn new(amount: u64, window_ns: u64) -> Self {
+        Gcra { amount, window_ns, tat: 0 }
+    }
+
+    /// Nanoseconds `cost` tokens take at this rate.
+    fn interval(&self, cost: u64) -> u64 {
+        let ns = (cost as u128 * self.window_ns as u128).div_ceil(self.amount as u128);
+        ns.min(u64::MAX as u128) as u64
+    }
+
+    /// The earliest time `cost` conforms: a whole window may be taken at
+    /// once, and a cost above it conforms once the meter is empty.
+    fn conforms_at(&self, cost: u64) -> u64 {
+        let interval = self.interval(cost);
+        self.tat.saturating_add(interval).saturating_sub(self.window_ns.max(interval))
+    }
+
+    /// Books `cost` at `now`. Debt is remembered for at most two windows,
+    /// so a flow that borrowed a lot is not kept from its guarantee for long.
+    fn charge(&mut self, cost: u64, now: u64) {
+        let tat = self.tat.max(now).saturating_add(self.interval(cost));
+        self.tat = tat.min(now.saturating_add(self.window_ns.saturating_mul(2)));
+    }
+}
+
+/// Which pass of the scheduler a flow is served in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Flows under their guaranteed rate, served first.
+    Guaranteed,
+    /// Everyone under their ceiling, sharing what is left by weight.
+    Borrowing,
+}
+
+/// A flow's guarantee and ceiling meters.
+#[derive(Debug, Clone)]
+pub(crate) struct Meters {
+    guarantee: Option<Gcra>,
+    ceiling: Option<Gcra>,
+}
+
+impl Meters {
+    pub fn new(share: &ShareSettings) -> Self {
+        Meters {
+            guarantee: (share.guarantee > 0).then(|| Gcra::new(share.guarantee, share.window_ns)),
+            ceiling: share.ceiling.map(|c| Gcra::new(c, share.window_ns)),
+        }
+    }
+
+    /// `Ok` when a request of `cost` may be served in `phase` at `now`;
+    /// otherwise the time it may be (`None`: never in this phase).
+    pub fn eligible(&self, phase: Phase, cost: u64, now: u64) -> Result<(), Option<u64>> {
+        let ceiling_at = self.ceiling.map_or(0, |c| c.conforms_at(cost));
+        let at = match phase {
+            Phase::Guaranteed => match &self.guarantee {
+                None => return Err(None),
+                Some(g) => g.conforms_at(cost).max(ceiling_at),
+            },
+            Phase::Borrowing => ceiling_at,
+        };
+        if at <= now {
+            Ok(())
+        } else {
+            Err(Some(at))
+        }
+    }
+
+    /// Books an admission of `cost` at `now` on both meters: borrowed
+    /// traffic counts toward the guarantee too, as in HTB.
+    pub fn charge(&mut self, cost: u64, now: u64) {
+        for meter in [&mut self.guarantee, &mut self.ceiling].into_iter().flatten() {
+            meter.charge(cost, now);
+        }
+    }
+
+    /// Whether forgetting these meters loses nothing: both are full.
+    pub fn idle(&self, now: u64) -> bool {
+        [&self.guarantee, &self.ceiling].into_iter().flatten().all(|m| m.tat <= now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_is_taken_at_once_then_the_rate() {
+        let mut g = Gcra::new(600, 60_000_000_000);
+        assert_eq!(g.conforms_at(600), 0);
+        g.charge(600, 0);
+        // 10 tokens per second from now on.
+        assert_eq!(g.conforms_at(10), 1_000_000_000);
+        // More than a window conforms once the meter is empty.
+        assert_eq!(g.conforms_at(601), 60_000_000_000);
+    }
+
+    #[test]
+    fn debt_is_remembered_for_at_most_two_windows() {
+        let mut g = Gcra::new(10, 1_000);
+        for _ in 0..100 {
+            g.charge(10, 0);
+        }
+        assert!(g.tat <= 2_000, "tat {}", g.tat);
+        assert!(g.conforms_at(10) > 0);
+    }
+}

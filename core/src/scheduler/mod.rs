@@ -1,0 +1,310 @@
+//! Waiting fairly: traffic classes, deficit round robin across tenants,
+//! HTB guarantees and ceilings, deadlines, and the waits built on them.
+//!
+//! [`Scheduler`] is sans-IO, as the ledger is: [`Scheduler::submit`] queues a
+//! request at `now`, [`Scheduler::poll`] says who is admitted (through an
+//! `admit` callback, normally [`crate::Ledger::try_acquire`]) and who is
+//! refused at `now`, and [`Scheduler::poll_timeout`] says when to poll
+//! next (quinn-proto's `poll_timeout` is the model). The simulator and the
+//! tests drive it in virtual time. [`crate::Governor::acquire`] (async,
+//! runtime-agnostic) and [`crate::Governor::acquire_blocking`] are thin
+//! waits over it: a mutex around the scheduler, one parked slot per waiter
+//! and one timer thread per governor; nothing spins.
+//!
+//! # Order of service
+//!
+//! 1. **Classes**, strictly by priority: `interactive` (40), `agent` (30),
+//!    the unnamed default class (25), `batch` (20), `eval` (10),
+//!    `background` (0), or as configured (`[classes.<name>]`). A lower class
+//!    is served only from capacity no higher class's head is waiting for.
+//! 2. **HTB phases**, within a class: first the tenants under their
+//!    guaranteed rate (`[shares."<path>"] guarantee`), then everyone under
+//!    their ceiling (borrowing).
+//! 3. **Tenants**, within a phase, by deficit round robin on token cost:
+//!    each visit credits `quantum × weight` tokens, and a tenant's head is
+//!    admitted while its deficit covers its cost (input plus expected
+//!    output). A tenant is the deepest scope on the route with a share
+//!    configured, or else the route itself.
+//! 4. **Requests**, within a tenant: highest [`crate::Request::priority`]
+//!    first, then first come.
+//!
+//! # Holding the line
+//!
+//! When a head chosen in this order is refused by a scope, no request after
+//! it in the same poll may take capacity from that scope; requests on other
+//! scopes go on. So a head waits only for the scope to refill its own cost:
+//! small requests behind it cannot take the capacity piecemeal. The same
+//! rule stops lending while a guaranteed waiter is waiting on a scope.
+//!
+//! **Bound for a large request.** Let a request of `C` tokens head tenant
+//! `f` (weight `w_f`) in its class, with other backlogged tenants `g`
+//! (weights `w_g`, largest request `M_g`), quantum `Q`, and the scope that
+//! binds refilling `R` tokens a second. Tenant `f` needs
+//! `k = ceil(C / (Q·w_f))` visits; in that time each other tenant is
+//! admitted at most `k·Q·w_g + M_g` tokens, after which the head holds the
+//! line and waits for `C` more. So it is admitted within
+//! `(C + Σ_g (k·Q·w_g + M_g) + D) / R` seconds, with `D` the scope's debt
+//! when it arrived (zero when it is not in debt), whatever arrives after it
+//! in its own or any lower class. Test `waiting_goals::large_request_bound`.
+//!
+//! # Deadlines
+//!
+//! A request waits at most the least of its [`crate::Request::deadline`],
+//! its class's `max_wait` and a blocking timeout. When it arrives, its wait
+//! is predicted (what is queued ahead of it, by the rules above, over each
+//! limit's refill rate, less what is available); if that is past its
+//! deadline, or its class's queue is full, it is refused at once with a
+//! `retry_after`. A waiter still waiting at its deadline is refused then
+//! ([`crate::Error::DeadlineExceeded`]); none is admitted after it.
+
+mod acquire;
+mod flow;
+mod meter;
+mod metrics;
+mod predict;
+mod serve;
+mod waiting;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use acquire::Acquire;
+pub(crate) use acquire::Guard;
+pub use flow::WaiterId;
+pub use metrics::{ClassMetrics, QueueMetrics};
+pub use serve::Outcome;
+pub(crate) use waiting::{Entry, Waiting};
+
+use flow::{ClassQueue, Cost, FlowKey, Order, RouteInfo, Waiter};
+use meter::{Meters, Phase};
+use serve::{Held, Pass};
+
+use crate::config::classes::{self, WaitingSettings, DEFAULT_CLASS};
+use crate::{ClassId, Config, Error, Ledger, Permit, Request, Result, Route};
+
+/// Where a waiter is, to withdraw or expire it.
+#[derive(Debug)]
+struct Location {
+    class: usize,
+    flow: FlowKey,
+    order: Order,
+    deadline: u64,
+}
+
+/// The sans-IO waiting queues of one ledger: see the [module](self) docs.
+#[derive(Debug)]
+pub struct Scheduler {
+    settings: WaitingSettings,
+    classes: Vec<ClassQueue>,
+    class_index: HashMap<ClassId, usize>,
+    routes: HashMap<Route, Arc<RouteInfo>>,
+    located: HashMap<WaiterId, Location>,
+    deadlines: BTreeSet<(u64, WaiterId)>,
+    meters: HashMap<FlowKey, Meters>,
+    guarantees: bool,
+    next_id: u64,
+    seq: u64,
+    /// The earliest time the last poll's refusals or meters may change.
+    wake: Option<u64>,
+}
+
+impl Scheduler {
+    /// A scheduler for the `classes` and `shares` of `config`.
+    pub fn new(config: &Config) -> Result<Self> {
+        let settings = classes::compile(&config.classes, &config.shares)?;
+        Ok(Scheduler {
+            guarantees: settings.shares.values().any(|s| s.guarantee > 0),
+            settings,
+            classes: Vec::new(),
+            class_index: HashMap::new(),
+            routes: HashMap::new(),
+            located: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            meters: HashMap::new(),
+            next_id: 0,
+            seq: 0,
+            wake: None,
+        })
+    }
+
+    /// Requests waiting now, every class together.
+    pub fn depth(&self) -> usize {
+        self.located.len()
+    }
+
+    /// Queues `request` (its class named `class_name`, as
+    /// [`crate::Governor::class`] interned it) at `now`. It waits at most
+    /// until `deadline` (absolute nanoseconds, if given), its own
+    /// [`Request::deadline`] and its class's maximum wait, whichever is
+    /// first. Refused at once with [`Error::QueueFull`] when its class's
+    /// queue is full, [`Error::DeadlineExceeded`] when its predicted wait
+    /// is past that, and [`Error::NeverFits`] when no wait can help.
+    /// Call [`Self::poll`] next: a request that can pass now is admitted there.
+    pub fn submit(
+        &mut self,
+        ledger: &Ledger,
+        request: Request,
+        class_name: &str,
+        deadline: Option<u64>,
+        now: u64,
+    ) -> Result<WaiterId> {
+        let route = self.route_info(ledger, request.route, now)?;
+        let class = self.class(request.class, class_name);
+        let cost = Cost::of(&request);
+        let predicted = predict::predicted_wait(ledger, &self.classes, class, &route, &cost, now)?;
+        let queue = &mut self.classes[class];
+        let retry_after = Some(Duration::from_nanos(predicted));
+        if queue.depth() >= queue.settings.queue_bound {
+            queue.counts.refused_queue_full += 1;
+            let (class, bound) = (queue.name.clone(), queue.settings.queue_bound);
+            return Err(Error::QueueFull { class, bound, retry_after });
+        }
+        let mut wait = queue.settings.max_wait_ns;
+        if let Some(own) = request.deadline {
+            wait = wait.min(crate::time::duration_ns(own));
+        }
+        let deadline = deadline.unwrap_or(u64::MAX).min(now.saturating_add(wait));
+        if predicted > deadline.saturating_sub(now) {
+            queue.counts.refused_deadline += 1;
+            return Err(Error::DeadlineExceeded { waited: Duration::ZERO, retry_after });
+        }
+        let id = WaiterId(self.next_id);
+        self.next_id += 1;
+        self.seq += 1;
+        let order = (Reverse(request.priority), self.seq);
+        let flow = route.flow.clone();
+        queue.push(order, Waiter { id, request, cost, route, enqueued_at: now });
+        self.located.insert(id, Location { class, flow, order, deadline });
+        self.deadlines.insert((deadline, id));
+        self.wake = Some(now);
+        Ok(id)
+    }
+
+    /// Takes a waiter out of its queue: it left (its future was dropped, it
+    /// was cancelled). False if it is not waiting (already answered).
+    pub fn withdraw(&mut self, waiter: WaiterId) -> bool {
+        let Some(location) = self.located.remove(&waiter) else { return false };
+        self.deadlines.remove(&(location.deadline, waiter));
+        let queue = &mut self.classes[location.class];
+        queue.take(&location.flow, &location.order);
+        queue.counts.withdrawn += 1;
+        true
+    }
+
+    /// Admits, in the order of the [module](self) docs, every waiter that
+    /// `admit` accepts at `now`, refuses those whose deadline has come, and
+    /// appends what happened to `out`. `admit` reserves (normally
+    /// [`Ledger::try_acquire`] at `now`); a
+    /// [`Error::RateLimited`] from it holds the line on the scope it names.
+    pub fn poll(&mut self, now: u64, admit: &mut dyn FnMut(&Request) -> Result<Permit>, out: &mut Vec<Outcome>) {
+        let first = out.len();
+        // Nobody is admitted after their deadline, however late this poll.
+        self.expire(now, false, out);
+        let mut pass = Pass { now, admit, held: Held::default(), wake: None, out };
+        let mut order: Vec<usize> = (0..self.classes.len()).collect();
+        order.sort_by_key(|&c| Reverse(self.classes[c].settings.priority));
+        for class in order {
+            let queue = &mut self.classes[class];
+            if queue.depth() == 0 {
+                continue;
+            }
+            if self.guarantees {
+                serve::serve(queue, &mut self.meters, Phase::Guaranteed, &mut pass);
+            }
+            serve::serve(queue, &mut self.meters, Phase::Borrowing, &mut pass);
+        }
+        self.wake = pass.wake;
+        for outcome in &out[first..] {
+            if let Some(location) = self.located.remove(&outcome.waiter()) {
+                self.deadlines.remove(&(location.deadline, outcome.waiter()));
+            }
+        }
+        self.expire(now, true, out);
+        self.forget_idle_meters(now);
+    }
+
+    /// When to poll next if nothing else happens (no settle, cancel, new
+    /// request): the earliest refill a refused head waits for, a meter, or
+    /// a deadline. `None` when nothing waits on time (only on releases).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let deadline = self.deadlines.first().map(|(at, _)| *at);
+        match (self.wake, deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Each class's queue at `now`.
+    pub fn metrics(&self, now: u64) -> QueueMetrics {
+        let mut classes: Vec<ClassMetrics> = self.classes.iter().map(|q| class_metrics(q, now)).collect();
+        classes.sort_by_key(|c| Reverse(c.priority));
+        QueueMetrics { depth: self.depth(), classes }
+    }
+
+    /// Refuses every waiter whose deadline is before `now` (or at it, with `inclusive`).
+    fn expire(&mut self, now: u64, inclusive: bool, out: &mut Vec<Outcome>) {
+        while let Some(&(deadline, id)) = self.deadlines.first() {
+            if deadline > now || (deadline == now && !inclusive) {
+                break;
+            }
+            self.deadlines.pop_first();
+            let location = self.located.remove(&id).expect("deadlines and locations agree");
+            let queue = &mut self.classes[location.class];
+            let waiter = queue.take(&location.flow, &location.order).expect("located waiters are queued");
+            queue.counts.expired += 1;
+            let waited = Duration::from_nanos(now.saturating_sub(waiter.enqueued_at));
+            out.push(Outcome::Refused { waiter: id, error: Error::DeadlineExceeded { waited, retry_after: None } });
+        }
+    }
+
+    /// Meters of tenants with no waiters that hold a full window remember
+    /// nothing: dropping them keeps memory bounded by recent tenants.
+    fn forget_idle_meters(&mut self, now: u64) {
+        if self.meters.len() > 1024 && self.meters.len() > 2 * self.located.len() {
+            let active: BTreeSet<&FlowKey> = self.classes.iter().flat_map(|q| q.flows.keys()).collect();
+            self.meters.retain(|key, meter| active.contains(key) || !meter.idle(now));
+        }
+    }
+
+    fn route_info(&mut self, ledger: &Ledger, route: Route, now: u64) -> Result<Arc<RouteInfo>> {
+        if let Some(info) = self.routes.get(&route) {
+            return Ok(info.clone());
+        }
+        let info = Arc::new(predict::route_info(ledger, &self.settings, route, now)?);
+        self.routes.insert(route, info.clone());
+        Ok(info)
+    }
+
+    fn class(&mut self, id: ClassId, name: &str) -> usize {
+        if let Some(&index) = self.class_index.get(&id) {
+            return index;
+        }
+        let settings = self.settings.classes.get(name).cloned().unwrap_or(DEFAULT_CLASS);
+        self.classes.push(ClassQueue::new(name, settings));
+        self.class_index.insert(id, self.classes.len() - 1);
+        self.classes.len() - 1
+    }
+}
+
+fn class_metrics(queue: &ClassQueue, now: u64) -> ClassMetrics {
+    let ms = |ns: u64| ns / crate::NS_PER_MS;
+    let oldest = queue.arrivals.first().map_or(0, |(at, _)| now.saturating_sub(*at));
+    ClassMetrics {
+        class: queue.name.to_string(),
+        priority: queue.settings.priority,
+        depth: queue.depth(),
+        queue_bound: queue.settings.queue_bound,
+        oldest_wait_ms: ms(oldest),
+        max_wait_ms: ms(queue.settings.max_wait_ns),
+        longest_admitted_wait_ms: ms(queue.counts.max_wait_ns),
+        admitted: queue.counts.admitted,
+        expired: queue.counts.expired,
+        refused_queue_full: queue.counts.refused_queue_full,
+        refused_deadline: queue.counts.refused_deadline,
+        refused_other: queue.counts.refused_other,
+        withdrawn: queue.counts.withdrawn,
+        tenants: queue.flows.values().filter(|f| !f.waiters.is_empty()).count(),
+    }
+}

@@ -1,0 +1,134 @@
+//! What the scheduler knows of routes (their scopes, flow and share), and
+//! how long a new waiter is predicted to wait: refused at once when that is
+//! past its deadline, so nobody waits for a failure.
+
+use std::sync::Arc;
+
+use super::flow::{ClassQueue, Cost, RouteInfo, RouteLimit};
+use crate::config::classes::{ShareSettings, WaitingSettings};
+use crate::{Dimension, Error, Ledger, Result, Route};
+
+/// Builds what the scheduler keeps about `route`.
+pub(crate) fn route_info(ledger: &Ledger, settings: &WaitingSettings, route: Route, now: u64) -> Result<RouteInfo> {
+    let ids = ledger.route_scopes(route)?;
+    let mut scopes = Vec::with_capacity(ids.len());
+    let mut limits = Vec::new();
+    let mut shared: Option<(usize, &str, ShareSettings)> = None;
+    for &id in &ids {
+        let path = ledger.scope_path(id)?;
+        let depth = path.split('/').count();
+        if let Some(share) = share_of(settings, path) {
+            if shared.is_none_or(|(d, _, _)| depth > d) {
+                shared = Some((depth, path, share));
+            }
+        }
+        let snapshot = ledger.scope_snapshot(id, now)?;
+        for (index, limit) in snapshot.limits.iter().enumerate() {
+            let reserves_expected = limit.reserves_output == Some("expected");
+            limits.push(RouteLimit { scope: id, index, dimension: limit.dimension, reserves_expected });
+        }
+        scopes.push(Arc::from(path));
+    }
+    // A tenant is the deepest scope with a share; without one, the route.
+    let (flow, share) = match shared {
+        Some((_, path, share)) => (Arc::from(path), share),
+        None => (Arc::from(scopes.iter().map(|s| &**s).collect::<Vec<_>>().join(" + ")), ShareSettings::default()),
+    };
+    Ok(RouteInfo { scopes, flow, share, limits })
+}
+
+/// The share configured at `path` exactly, or by the most specific template
+/// matching it (literal segments, leftmost weighted highest, as scopes).
+fn share_of(settings: &WaitingSettings, path: &str) -> Option<ShareSettings> {
+    if let Some(share) = settings.shares.get(path) {
+        return Some(*share);
+    }
+    let segments: Vec<&str> = path.split('/').collect();
+    settings
+        .shares
+        .iter()
+        .filter_map(|(pattern, share)| {
+            let pattern: Vec<&str> = pattern.split('/').collect();
+            let matches =
+                pattern.len() == segments.len() && pattern.iter().zip(&segments).all(|(p, s)| *p == "*" || p == s);
+            let specificity = pattern.iter().fold(0u64, |acc, p| (acc << 1) | u64::from(*p != "*"));
+            matches.then_some((specificity, *share))
+        })
+        .max_by_key(|(specificity, _)| *specificity)
+        .map(|(_, share)| share)
+}
+
+/// The predicted wait, in nanoseconds, of a request costing `cost` on
+/// `info` if it joined `classes[class]` now: the time every limit of its
+/// route needs to refill what is queued ahead of it (all of any class of
+/// higher or equal priority, its own flow's backlog, and of each other flow
+/// of its class what deficit round robin serves first) plus its own cost.
+/// Only flows whose head shares a scope with the route count. Concurrency
+/// limits are not predicted (they wait on releases). A cost above a limit's
+/// burst is [`Error::NeverFits`].
+pub(crate) fn predicted_wait(
+    ledger: &Ledger,
+    classes: &[ClassQueue],
+    class: usize,
+    info: &RouteInfo,
+    cost: &Cost,
+    now: u64,
+) -> Result<u64> {
+    let ahead = queued_ahead(classes, class, info, cost);
+    let mut wait = 0u64;
+    let mut scope = None;
+    for limit in &info.limits {
+        if limit.dimension == Dimension::Concurrency {
+            continue;
+        }
+        if scope.as_ref().is_none_or(|(id, _)| *id != limit.scope) {
+            scope = Some((limit.scope, ledger.scope_snapshot(limit.scope, now)?));
+        }
+        let snapshot = &scope.as_ref().expect("just set").1;
+        let state = &snapshot.limits[limit.index];
+        let mine = cost.on(limit.dimension, limit.reserves_expected);
+        if mine > state.burst {
+            let dimension = limit.dimension;
+            let (scope, burst) = (Arc::from(snapshot.path.as_str()), state.burst);
+            return Err(Error::NeverFits { scope, dimension, cost: mine, burst });
+        }
+        let need =
+            (ahead.on(limit.dimension, limit.reserves_expected) as i128 + mine as i128) - state.available as i128;
+        if need > 0 {
+            let window_ns = state.window_ms.unwrap_or(0) as i128 * 1_000_000;
+            let ns = (need * window_ns).div_euclid(state.amount.max(1) as i128);
+            wait = wait.max(ns.min(u64::MAX as i128) as u64);
+        }
+    }
+    Ok(wait)
+}
+
+/// What is served before a new request costing `cost` on `info` in `class`.
+fn queued_ahead(classes: &[ClassQueue], class: usize, info: &RouteInfo, cost: &Cost) -> Cost {
+    let mine = &classes[class];
+    let own = mine.flows.get(&info.flow);
+    // Deficit round robin gives each other flow `weight / my weight` of
+    // what my flow is served until my request is.
+    let my_tokens = own.map_or(0, |f| f.backlog.tokens()).saturating_add(cost.tokens()) as f64;
+    let my_weight = info.share.weight as f64;
+    let mut ahead = Cost::default();
+    for (i, queue) in classes.iter().enumerate() {
+        let whole = i != class && queue.settings.priority >= mine.settings.priority;
+        if i != class && !whole {
+            continue;
+        }
+        for (key, flow) in &queue.flows {
+            let Some(head) = flow.head() else { continue };
+            if !head.route.shares_scope_with(info) {
+                continue;
+            }
+            if whole || *key == info.flow {
+                ahead.add(&flow.backlog);
+            } else {
+                let share = my_tokens * flow.weight as f64 / my_weight;
+                ahead.add(&flow.backlog.scaled((share / flow.backlog.tokens() as f64).min(1.0)));
+            }
+        }
+    }
+    ahead
+}

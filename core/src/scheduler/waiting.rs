@@ -1,0 +1,275 @@
+//! The waits over the sans-IO [`Scheduler`]: a mutex around it, a slot per
+//! waiter that its answer is put in (waking its task or thread), and one
+//! timer thread per governor that polls at the scheduler's next timeout.
+//!
+//! Who polls: the caller that queues a request; `settle`, `cancel` and
+//! `observe` while anyone waits (capacity came back); the timer thread at
+//! the next refill, meter or deadline; and [`crate::Governor::wake_waiters`],
+//! which a caller moving a [`crate::ManualClock`] (or changing limits)
+//! calls. The timer sleeps on a condition variable for the clock's
+//! nanoseconds until the timeout, so on a manual clock it only re-checks
+//! now and then: there, `wake_waiters` is what moves waiters.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::task::Waker;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::{Outcome, QueueMetrics, Scheduler, WaiterId};
+use crate::{Clock, Config, Ledger, Permit, Request, Result};
+
+/// The shortest the timer thread sleeps between two polls of its own.
+const MIN_TIMER_NS: u64 = 100_000;
+
+/// Where a waiter's answer is put.
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    inner: Mutex<SlotInner>,
+    ready: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct SlotInner {
+    outcome: Option<Result<Permit>>,
+    waker: Option<Waker>,
+}
+
+impl Slot {
+    fn complete(&self, outcome: Result<Permit>) {
+        let waker = {
+            let mut inner = self.inner.lock();
+            inner.outcome = Some(outcome);
+            inner.waker.take()
+        };
+        self.ready.notify_one();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// The answer if there is one; otherwise `waker` is woken when there is.
+    pub fn poll(&self, waker: &Waker) -> Option<Result<Permit>> {
+        let mut inner = self.inner.lock();
+        if let Some(outcome) = inner.outcome.take() {
+            return Some(outcome);
+        }
+        if !inner.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            inner.waker = Some(waker.clone());
+        }
+        None
+    }
+
+    /// Parks the thread until the answer comes.
+    pub fn wait(&self) -> Result<Permit> {
+        let mut inner = self.inner.lock();
+        loop {
+            if let Some(outcome) = inner.outcome.take() {
+                return outcome;
+            }
+            self.ready.wait(&mut inner);
+        }
+    }
+
+    fn take(&self) -> Option<Result<Permit>> {
+        self.inner.lock().outcome.take()
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    scheduler: Scheduler,
+    slots: HashMap<WaiterId, Arc<Slot>>,
+    outcomes: Vec<Outcome>,
+}
+
+/// When the timer thread polls next (`u64::MAX`: on no time).
+#[derive(Debug, Default)]
+struct Timer {
+    state: Mutex<TimerState>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct TimerState {
+    at: Option<u64>,
+    shutdown: bool,
+}
+
+/// A governor's waiting layer.
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    state: Mutex<State>,
+    /// Waiters, readable without the lock: hooks skip polling when zero.
+    depth: AtomicUsize,
+    /// Set by a hook that could not take the lock: its holder polls again.
+    dirty: AtomicBool,
+    timer: Arc<Timer>,
+    timer_started: AtomicBool,
+}
+
+/// What queueing a request gave.
+pub(crate) enum Entry {
+    /// Admitted at once.
+    Admitted(Permit),
+    /// Waiting: its id and the slot its answer will be put in.
+    Waiting(WaiterId, Arc<Slot>),
+}
+
+impl Waiting {
+    pub fn new(config: &Config) -> Result<Self> {
+        let state = State { scheduler: Scheduler::new(config)?, slots: HashMap::new(), outcomes: Vec::new() };
+        Ok(Waiting {
+            state: Mutex::new(state),
+            depth: AtomicUsize::new(0),
+            dirty: AtomicBool::new(false),
+            timer: Arc::default(),
+            timer_started: AtomicBool::new(false),
+        })
+    }
+
+    /// Queues `request` and polls: see [`Scheduler::submit`].
+    pub fn enter(
+        self: &Arc<Self>,
+        ledger: &Arc<Ledger>,
+        clock: &Arc<dyn Clock>,
+        request: Request,
+        class_name: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Entry> {
+        let now = clock.now();
+        let deadline = timeout.map(|t| now.saturating_add(crate::time::duration_ns(t)));
+        let mut state = self.state.lock();
+        let id = state.scheduler.submit(ledger, request, class_name, deadline, now)?;
+        let slot = Arc::new(Slot::default());
+        state.slots.insert(id, slot.clone());
+        self.poll_locked(&mut state, ledger, now);
+        drop(state);
+        self.after_poll(ledger, &**clock);
+        match slot.take() {
+            Some(Ok(permit)) => Ok(Entry::Admitted(permit)),
+            Some(Err(error)) => Err(error),
+            None => {
+                self.start_timer(ledger, clock);
+                Ok(Entry::Waiting(id, slot))
+            }
+        }
+    }
+
+    /// A waiter leaves before taking its answer. A permit granted to it in
+    /// the meantime is cancelled, so nothing leaks.
+    pub fn leave(&self, id: WaiterId, slot: &Slot, ledger: &Ledger, clock: &dyn Clock) {
+        let mut state = self.state.lock();
+        if state.scheduler.withdraw(id) {
+            state.slots.remove(&id);
+            self.depth.store(state.scheduler.depth(), Ordering::SeqCst);
+            return;
+        }
+        drop(state);
+        if let Some(Ok(mut permit)) = slot.take() {
+            // Pending and ours: cancelling cannot fail.
+            let _ = ledger.cancel(&mut permit, clock.now());
+            self.kick(ledger, clock);
+        }
+    }
+
+    /// Polls if anyone waits: capacity may have come back.
+    pub fn kick(&self, ledger: &Ledger, clock: &dyn Clock) {
+        if self.depth.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        self.dirty.store(true, Ordering::SeqCst);
+        self.after_poll(ledger, clock);
+    }
+
+    /// Polls now, waiting for the lock; returns the next timeout.
+    pub fn poll_now(&self, ledger: &Ledger, clock: &dyn Clock) -> Option<u64> {
+        let mut state = self.state.lock();
+        self.poll_locked(&mut state, ledger, clock.now());
+        let next = state.scheduler.poll_timeout();
+        drop(state);
+        self.after_poll(ledger, clock);
+        next
+    }
+
+    pub fn metrics(&self, now: u64) -> QueueMetrics {
+        self.state.lock().scheduler.metrics(now)
+    }
+
+    /// Polls again while a hook asked for it and the lock is free. A hook
+    /// that finds the lock taken leaves `dirty` set; whoever holds it
+    /// checks after unlocking, so no release goes unseen.
+    fn after_poll(&self, ledger: &Ledger, clock: &dyn Clock) {
+        while self.dirty.load(Ordering::SeqCst) {
+            let Some(mut state) = self.state.try_lock() else { return };
+            self.dirty.store(false, Ordering::SeqCst);
+            self.poll_locked(&mut state, ledger, clock.now());
+        }
+    }
+
+    fn poll_locked(&self, state: &mut State, ledger: &Ledger, now: u64) {
+        let State { scheduler, slots, outcomes } = state;
+        scheduler.poll(now, &mut |request| ledger.try_acquire(request, now), outcomes);
+        for outcome in outcomes.drain(..) {
+            let slot = slots.remove(&outcome.waiter()).expect("every waiter has a slot");
+            slot.complete(match outcome {
+                Outcome::Admitted { permit, .. } => Ok(permit),
+                Outcome::Refused { error, .. } => Err(error),
+            });
+        }
+        self.depth.store(scheduler.depth(), Ordering::SeqCst);
+        let mut timer = self.timer.state.lock();
+        // A refusal that says "now" (a racing rollback) must not spin the timer.
+        timer.at = scheduler.poll_timeout().map(|at| at.max(now.saturating_add(MIN_TIMER_NS)));
+        self.timer.changed.notify_one();
+    }
+
+    fn start_timer(self: &Arc<Self>, ledger: &Arc<Ledger>, clock: &Arc<dyn Clock>) {
+        if self.timer_started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (timer, waiting, ledger, clock) =
+            (self.timer.clone(), Arc::downgrade(self), Arc::downgrade(ledger), clock.clone());
+        std::thread::Builder::new()
+            .name("llmgov-waiting".into())
+            .spawn(move || run_timer(&timer, &waiting, &ledger, &*clock))
+            .expect("spawning the waiting timer thread");
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.timer.state.lock().shutdown = true;
+        self.timer.changed.notify_one();
+    }
+}
+
+/// Sleeps until the scheduler's next timeout, polls, and again, until the
+/// governor is gone.
+fn run_timer(timer: &Timer, waiting: &Weak<Waiting>, ledger: &Weak<Ledger>, clock: &dyn Clock) {
+    loop {
+        {
+            let mut state = timer.state.lock();
+            loop {
+                if state.shutdown {
+                    return;
+                }
+                let now = clock.now();
+                match state.at {
+                    Some(at) if at <= now => {
+                        state.at = None;
+                        break;
+                    }
+                    Some(at) => {
+                        timer.changed.wait_for(&mut state, Duration::from_nanos(at - now));
+                    }
+                    None => timer.changed.wait(&mut state),
+                }
+            }
+        }
+        let (Some(waiting), Some(ledger)) = (waiting.upgrade(), ledger.upgrade()) else { return };
+        waiting.poll_now(&ledger, clock);
+    }
+}
