@@ -120,17 +120,24 @@ pub(crate) type Order = (Reverse<i32>, u64);
 pub(crate) struct Flow {
     pub weight: u64,
     pub waiters: BTreeMap<Order, Waiter>,
-    /// Tokens this flow may still be admitted in its current round.
-    pub deficit: u64,
-    /// Whether it got its quantum for the visit in progress.
-    pub credited: bool,
+    /// Tokens this flow may still be admitted in its current round, per
+    /// HTB phase (guaranteed, borrowing): each phase is its own round robin.
+    pub deficit: [u64; 2],
+    /// Whether it got its quantum for the visit in progress, per phase.
+    pub credited: [bool; 2],
     /// The sum of its waiters' costs.
     pub backlog: Cost,
 }
 
 impl Flow {
     pub fn new(weight: u32) -> Self {
-        Flow { weight: weight as u64, waiters: BTreeMap::new(), deficit: 0, credited: false, backlog: Cost::default() }
+        Flow {
+            weight: weight as u64,
+            waiters: BTreeMap::new(),
+            deficit: [0; 2],
+            credited: [false; 2],
+            backlog: Cost::default(),
+        }
     }
 
     pub fn head(&self) -> Option<&Waiter> {

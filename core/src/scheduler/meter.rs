@@ -81,11 +81,17 @@ impl Meters {
         }
     }
 
-    /// Books an admission of `cost` at `now` on both meters: borrowed
-    /// traffic counts toward the guarantee too, as in HTB.
-    pub fn charge(&mut self, cost: u64, now: u64) {
-        for meter in [&mut self.guarantee, &mut self.ceiling].into_iter().flatten() {
-            meter.charge(cost, now);
+    /// Books an admission of `cost` at `now` in `phase`. The ceiling counts
+    /// everything; the guarantee counts only what was served under it, so
+    /// a tenant gets its guaranteed rate plus its share of what is spare.
+    pub fn charge(&mut self, phase: Phase, cost: u64, now: u64) {
+        if phase == Phase::Guaranteed {
+            if let Some(g) = &mut self.guarantee {
+                g.charge(cost, now);
+            }
+        }
+        if let Some(c) = &mut self.ceiling {
+            c.charge(cost, now);
         }
     }
 

@@ -82,7 +82,7 @@ use meter::{Meters, Phase};
 use serve::{Held, Pass};
 
 use crate::config::classes::{self, WaitingSettings, DEFAULT_CLASS};
-use crate::{ClassId, Config, Error, Ledger, Permit, Request, Result, Route};
+use crate::{Config, Error, Ledger, Permit, Request, Result, Route};
 
 /// Where a waiter is, to withdraw or expire it.
 #[derive(Debug)]
@@ -98,7 +98,7 @@ struct Location {
 pub struct Scheduler {
     settings: WaitingSettings,
     classes: Vec<ClassQueue>,
-    class_index: HashMap<ClassId, usize>,
+    class_index: HashMap<Box<str>, usize>,
     routes: HashMap<Route, Arc<RouteInfo>>,
     located: HashMap<WaiterId, Location>,
     deadlines: BTreeSet<(u64, WaiterId)>,
@@ -134,8 +134,9 @@ impl Scheduler {
         self.located.len()
     }
 
-    /// Queues `request` (its class named `class_name`, as
-    /// [`crate::Governor::class`] interned it) at `now`. It waits at most
+    /// Queues `request` at `now` in the class named `class_name` (the
+    /// request's own `class` id is not read here: the
+    /// [`crate::Governor`] passes the name it interned). It waits at most
     /// until `deadline` (absolute nanoseconds, if given), its own
     /// [`Request::deadline`] and its class's maximum wait, whichever is
     /// first. Refused at once with [`Error::QueueFull`] when its class's
@@ -151,7 +152,7 @@ impl Scheduler {
         now: u64,
     ) -> Result<WaiterId> {
         let route = self.route_info(ledger, request.route, now)?;
-        let class = self.class(request.class, class_name);
+        let class = self.class(class_name);
         let cost = Cost::of(&request);
         let predicted = predict::predicted_wait(ledger, &self.classes, class, &route, &cost, now)?;
         let queue = &mut self.classes[class];
@@ -277,13 +278,13 @@ impl Scheduler {
         Ok(info)
     }
 
-    fn class(&mut self, id: ClassId, name: &str) -> usize {
-        if let Some(&index) = self.class_index.get(&id) {
+    fn class(&mut self, name: &str) -> usize {
+        if let Some(&index) = self.class_index.get(name) {
             return index;
         }
         let settings = self.settings.classes.get(name).cloned().unwrap_or(DEFAULT_CLASS);
         self.classes.push(ClassQueue::new(name, settings));
-        self.class_index.insert(id, self.classes.len() - 1);
+        self.class_index.insert(name.into(), self.classes.len() - 1);
         self.classes.len() - 1
     }
 }

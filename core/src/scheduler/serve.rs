@@ -152,27 +152,27 @@ fn visit(
     phase: Phase,
     pass: &mut Pass,
 ) -> (Visit, bool) {
-    let quantum = queue.settings.quantum;
+    let (quantum, p) = (queue.settings.quantum, phase as usize);
     let mut result = Visit::Skipped;
     loop {
         let flow = queue.flows.get_mut(key).expect("visited flows exist");
         let Some((&order, head)) = flow.waiters.iter().next() else {
-            flow.credited = false;
+            flow.credited[p] = false;
             return (result, false);
         };
         let (cost, request, route) = (head.cost.tokens(), head.request, head.route.clone());
         if pass.held.touches(&route) || !eligible(meters, &route, cost, phase, pass) {
             return (result, false);
         }
-        if !flow.credited {
-            flow.deficit = flow.deficit.saturating_add(quantum.saturating_mul(flow.weight));
-            flow.credited = true;
+        if !flow.credited[p] {
+            flow.deficit[p] = flow.deficit[p].saturating_add(quantum.saturating_mul(flow.weight));
+            flow.credited[p] = true;
             if result == Visit::Skipped {
                 result = Visit::Credited;
             }
         }
-        if cost > flow.deficit {
-            flow.credited = false;
+        if cost > flow.deficit[p] {
+            flow.credited[p] = false;
             return (result, false);
         }
         let decision = (pass.admit)(&request);
@@ -187,8 +187,8 @@ fn visit(
         let waiter = queue.take(key, &order).expect("the head is in its flow");
         match decision {
             Ok(permit) => {
-                queue.flows.get_mut(key).expect("visited flows exist").deficit -= cost;
-                meters.get_mut(key).expect("eligible made it").charge(cost, pass.now);
+                queue.flows.get_mut(key).expect("visited flows exist").deficit[p] -= cost;
+                meters.get_mut(key).expect("eligible made it").charge(phase, cost, pass.now);
                 let waited = pass.now.saturating_sub(waiter.enqueued_at);
                 queue.counts.admitted += 1;
                 queue.counts.max_wait_ns = queue.counts.max_wait_ns.max(waited);
@@ -206,7 +206,7 @@ fn visit(
 /// send needs more rounds. Credit all of them the rounds the nearest needs,
 /// less the one its next visit gives, as that many idle rounds would.
 fn fast_forward(queue: &mut ClassQueue, meters: &mut HashMap<FlowKey, Meters>, phase: Phase, pass: &mut Pass) {
-    let quantum = queue.settings.quantum;
+    let (quantum, p) = (queue.settings.quantum, phase as usize);
     let mut waiting: Vec<(FlowKey, u64)> = Vec::new();
     for key in &queue.order {
         let flow = &queue.flows[key];
@@ -215,7 +215,7 @@ fn fast_forward(queue: &mut ClassQueue, meters: &mut HashMap<FlowKey, Meters>, p
         if pass.held.touches(&head.route) || !eligible(meters, &head.route, cost, phase, pass) {
             continue;
         }
-        let short = cost.saturating_sub(flow.deficit);
+        let short = cost.saturating_sub(flow.deficit[p]);
         let per_round = quantum.saturating_mul(flow.weight);
         waiting.push((key.clone(), short.div_ceil(per_round)));
     }
@@ -223,8 +223,8 @@ fn fast_forward(queue: &mut ClassQueue, meters: &mut HashMap<FlowKey, Meters>, p
     if rounds > 1 {
         for (key, _) in waiting {
             let flow = queue.flows.get_mut(&key).expect("listed flows exist");
-            flow.deficit =
-                flow.deficit.saturating_add((rounds - 1).saturating_mul(quantum.saturating_mul(flow.weight)));
+            let credit = (rounds - 1).saturating_mul(quantum.saturating_mul(flow.weight));
+            flow.deficit[p] = flow.deficit[p].saturating_add(credit);
         }
     }
 }
