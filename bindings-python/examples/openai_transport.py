@@ -19,7 +19,9 @@ async def main(base_url: str) -> None:
     gov = llmgov.Governor.from_dict(
         {"scopes": {"openai/test": {"provider": True, "limits": [{"dimension": "requests", "amount": 2, "window": "1m"}]}}}
     )
-    transport = AsyncGovernedTransport(gov, paths="openai/test")
+    # A request may wait in the governor's queue up to 2 s; the third would
+    # wait 30 s for the refill, so it is refused at once, never sent.
+    transport = AsyncGovernedTransport(gov, paths="openai/test", deadline_ms=2000)
     client = openai.AsyncOpenAI(
         base_url=f"{base_url}/v1", api_key="sk-test", max_retries=0, http_client=httpx.AsyncClient(transport=transport)
     )
@@ -29,8 +31,8 @@ async def main(base_url: str) -> None:
                 model="gpt-4o", messages=[{"role": "user", "content": f"hello {i}"}], max_tokens=10
             )
             print(i, "answered, usage", answer.usage)
-        except llmgov.RateLimited as refused:
-            print(i, f"held back locally: {refused.dimension} on {refused.scope}, retry after {refused.retry_after:.1f} s")
+        except llmgov.DeadlineExceeded as refused:
+            print(i, f"held back locally: it would wait {refused.retry_after_ms} ms, past its deadline")
     print("snapshot:", {k: v for k, v in gov.snapshot().items() if k != "scopes"})
     await client.close()
 

@@ -25,10 +25,12 @@ create_exception!(llmgov, UnknownPreset, Error, "No preset has this name.");
 create_exception!(llmgov, InvalidRequest, Error, "A request argument is of the wrong type or out of range.");
 create_exception!(llmgov, PermitFinished, Error, "The permit was already settled or cancelled.");
 create_exception!(llmgov, PermitExpired, Error, "The permit outlived its TTL and was charged as estimated.");
+create_exception!(llmgov, DeadlineExceeded, Error, "A waiting request was not admitted within its deadline.");
+create_exception!(llmgov, QueueFull, Error, "The request's traffic class has as many waiters as its queue allows.");
 
 /// Each exception class with the code its instances carry, registered in
 /// the module and given a class-level `code`.
-fn classes(py: Python<'_>) -> [(Bound<'_, PyType>, &'static str); 10] {
+fn classes(py: Python<'_>) -> [(Bound<'_, PyType>, &'static str); 12] {
     [
         (Error::type_object(py), "error"),
         (RateLimited::type_object(py), "rate_limited"),
@@ -40,6 +42,8 @@ fn classes(py: Python<'_>) -> [(Bound<'_, PyType>, &'static str); 10] {
         (InvalidRequest::type_object(py), "invalid_request"),
         (PermitFinished::type_object(py), "permit_finished"),
         (PermitExpired::type_object(py), "permit_expired"),
+        (DeadlineExceeded::type_object(py), "deadline_exceeded"),
+        (QueueFull::type_object(py), "queue_full"),
     ]
 }
 
@@ -111,6 +115,23 @@ fn build(py: Python<'_>, error: &CoreError) -> PyResult<PyErr> {
             err
         }
         CoreError::PermitExpired => PermitExpired::new_err(message),
+        CoreError::DeadlineExceeded { waited, retry_after, .. } => {
+            let err = DeadlineExceeded::new_err(message);
+            let value = err.value(py);
+            value.setattr("waited_ms", llmgov::ceil_ms(*waited))?;
+            value.setattr("retry_after", retry_after.map(|d| d.as_secs_f64()))?;
+            value.setattr("retry_after_ms", retry_after.map(llmgov::ceil_ms))?;
+            err
+        }
+        CoreError::QueueFull { class, bound, retry_after, .. } => {
+            let err = QueueFull::new_err(message);
+            let value = err.value(py);
+            value.setattr("klass", &**class)?;
+            value.setattr("bound", *bound)?;
+            value.setattr("retry_after", retry_after.map(|d| d.as_secs_f64()))?;
+            value.setattr("retry_after_ms", retry_after.map(llmgov::ceil_ms))?;
+            err
+        }
         // The core's enum is non-exhaustive: a variant this binding does not
         // know yet still reaches Python as an llmgov.Error with its code.
         _ => Error::new_err(message),

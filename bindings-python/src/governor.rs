@@ -12,6 +12,7 @@ use crate::convert::to_python;
 use crate::errors::{self, invalid, IntoPyResult};
 use crate::permit::PyPermit;
 use crate::tokens;
+use crate::waiting::{self, Reservation};
 
 /// A route: the scopes a request is charged on, resolved once. Pass it as
 /// `paths` to skip resolving again.
@@ -224,6 +225,8 @@ impl PyGovernor {
             return Err(errors::invalid_text(py, "clock", "monotonic", reason));
         };
         clock.advance(Duration::from_nanos((ms * 1e6).round() as u64));
+        // Waiters wake on the clock's time; a manual clock moves only here.
+        self.gov.wake_waiters();
         Ok(())
     }
 
@@ -281,6 +284,126 @@ impl PyGovernor {
         let request = this.request(py, route, &request_args)?;
         let permit = this.gov.try_acquire(&request).py_err()?;
         Ok(PyPermit::new(permit, slf.clone().unbind()))
+    }
+
+    /// Waits fairly for admission (an awaitable): a `Permit`, or
+    /// `DeadlineExceeded`, `QueueFull` or `NeverFits`. Cancelling the task
+    /// leaves the queue. `deadline_ms` caps the wait (the class's maximum
+    /// wait caps it too); `priority` orders a tenant's waiting requests.
+    #[pyo3(signature = (paths, *, input_tokens = None, text = None, messages = None, model = None, tools = None,
+        cached_input_tokens = None, max_output_tokens = None, expected_output_tokens = None, klass = None, priority = None, deadline_ms = None, **extra))]
+    #[allow(clippy::too_many_arguments)]
+    fn acquire<'py>(
+        slf: &Bound<'py, Self>,
+        paths: &Bound<'py, PyAny>,
+        input_tokens: Option<&Bound<'py, PyAny>>,
+        text: Option<&Bound<'py, PyAny>>,
+        messages: Option<&Bound<'py, PyAny>>,
+        model: Option<&Bound<'py, PyAny>>,
+        tools: Option<&Bound<'py, PyAny>>,
+        cached_input_tokens: Option<&Bound<'py, PyAny>>,
+        max_output_tokens: Option<&Bound<'py, PyAny>>,
+        expected_output_tokens: Option<&Bound<'py, PyAny>>,
+        klass: Option<&Bound<'py, PyAny>>,
+        priority: Option<&Bound<'py, PyAny>>,
+        deadline_ms: Option<&Bound<'py, PyAny>>,
+        extra: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let request_args = RequestArgs {
+            input_tokens,
+            text,
+            messages,
+            model,
+            tools,
+            cached_input_tokens,
+            max_output_tokens,
+            expected_output_tokens,
+            klass,
+        };
+        let request = waiting::request_of(slf, paths, &request_args, priority, deadline_ms, "acquire", extra)?;
+        waiting::acquire_async(slf, request)
+    }
+
+    /// Waits as `acquire` does, blocking the calling thread (the GIL
+    /// released) for at most `timeout` seconds.
+    #[pyo3(signature = (paths, *, input_tokens = None, text = None, messages = None, model = None, tools = None,
+        cached_input_tokens = None, max_output_tokens = None, expected_output_tokens = None, klass = None, priority = None, deadline_ms = None, timeout = None, **extra))]
+    #[allow(clippy::too_many_arguments)]
+    fn acquire_blocking(
+        slf: &Bound<'_, Self>,
+        paths: &Bound<'_, PyAny>,
+        input_tokens: Option<&Bound<'_, PyAny>>,
+        text: Option<&Bound<'_, PyAny>>,
+        messages: Option<&Bound<'_, PyAny>>,
+        model: Option<&Bound<'_, PyAny>>,
+        tools: Option<&Bound<'_, PyAny>>,
+        cached_input_tokens: Option<&Bound<'_, PyAny>>,
+        max_output_tokens: Option<&Bound<'_, PyAny>>,
+        expected_output_tokens: Option<&Bound<'_, PyAny>>,
+        klass: Option<&Bound<'_, PyAny>>,
+        priority: Option<&Bound<'_, PyAny>>,
+        deadline_ms: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        extra: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PyPermit> {
+        let request_args = RequestArgs {
+            input_tokens,
+            text,
+            messages,
+            model,
+            tools,
+            cached_input_tokens,
+            max_output_tokens,
+            expected_output_tokens,
+            klass,
+        };
+        let request = waiting::request_of(slf, paths, &request_args, priority, deadline_ms, "acquire_blocking", extra)?;
+        waiting::acquire_blocking(slf, request, waiting::timeout(timeout)?)
+    }
+
+    /// A context manager that waits for a permit on entry (`with` blocks
+    /// the thread for at most `timeout` seconds; `async with` awaits),
+    /// cancels it if the block raises, and settles it as estimated if the
+    /// block left it pending.
+    #[pyo3(signature = (paths, *, input_tokens = None, text = None, messages = None, model = None, tools = None,
+        cached_input_tokens = None, max_output_tokens = None, expected_output_tokens = None, klass = None, priority = None, deadline_ms = None, timeout = None, **extra))]
+    #[allow(clippy::too_many_arguments)]
+    fn reserve(
+        slf: &Bound<'_, Self>,
+        paths: &Bound<'_, PyAny>,
+        input_tokens: Option<&Bound<'_, PyAny>>,
+        text: Option<&Bound<'_, PyAny>>,
+        messages: Option<&Bound<'_, PyAny>>,
+        model: Option<&Bound<'_, PyAny>>,
+        tools: Option<&Bound<'_, PyAny>>,
+        cached_input_tokens: Option<&Bound<'_, PyAny>>,
+        max_output_tokens: Option<&Bound<'_, PyAny>>,
+        expected_output_tokens: Option<&Bound<'_, PyAny>>,
+        klass: Option<&Bound<'_, PyAny>>,
+        priority: Option<&Bound<'_, PyAny>>,
+        deadline_ms: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        extra: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Reservation> {
+        let request_args = RequestArgs {
+            input_tokens,
+            text,
+            messages,
+            model,
+            tools,
+            cached_input_tokens,
+            max_output_tokens,
+            expected_output_tokens,
+            klass,
+        };
+        let request = waiting::request_of(slf, paths, &request_args, priority, deadline_ms, "reserve", extra)?;
+        Ok(Reservation::new(slf.clone().unbind(), request, waiting::timeout(timeout)?))
+    }
+
+    /// The waiting queues: per class, depth, oldest wait, admitted, expired
+    /// and refused counts, as a dict.
+    fn queue_metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_python(py, &self.gov.queue_metrics())
     }
 
     /// Every scope and counter now, as a dict.

@@ -10,6 +10,7 @@ mod governor;
 mod permit;
 mod tokens;
 mod usage;
+mod waiting;
 
 use pyo3::prelude::*;
 
@@ -20,6 +21,7 @@ fn _llmgov(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<governor::PyRoute>()?;
     module.add_class::<permit::PyPermit>()?;
     module.add_class::<permit::Ready>()?;
+    module.add_class::<waiting::Reservation>()?;
     module.add_class::<feedback::PyRetryPolicy>()?;
     module.add_function(wrap_pyfunction!(feedback::classify_response, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::count_tokens, module)?)?;

@@ -29,6 +29,21 @@ impl PyPermit {
     fn settle_usage(&mut self, py: Python<'_>, usage: Usage) -> PyResult<()> {
         self.gov.bind(py).get().gov.settle(&mut self.permit, usage).py_err()
     }
+
+    /// What leaving a `with` block does: an exception (`exc_type` not
+    /// None) cancels a pending permit; otherwise a pending permit is
+    /// settled as estimated.
+    pub fn leave(&mut self, py: Python<'_>, exc_type: &Bound<'_, PyAny>) -> PyResult<()> {
+        if self.permit.state() != PermitState::Pending {
+            return Ok(());
+        }
+        if exc_type.is_none() {
+            let charged = self.permit.charged();
+            self.settle_usage(py, charged)
+        } else {
+            self.gov.bind(py).get().gov.cancel(&mut self.permit).py_err()
+        }
+    }
 }
 
 #[pymethods]
@@ -139,34 +154,27 @@ impl PyPermit {
     fn __exit__(
         &mut self,
         py: Python<'_>,
-        exc_type: Option<&Bound<'_, PyAny>>,
-        _exc: Option<&Bound<'_, PyAny>>,
-        _tb: Option<&Bound<'_, PyAny>>,
+        exc_type: &Bound<'_, PyAny>,
+        _exc: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
-        if self.permit.state() == PermitState::Pending {
-            if exc_type.is_some_and(|t| !t.is_none()) {
-                self.cancel(py)?;
-            } else {
-                let charged = self.permit.charged();
-                self.settle_usage(py, charged)?;
-            }
-        }
+        self.leave(py, exc_type)?;
         Ok(false)
     }
 
     fn __aenter__(slf: Py<Self>) -> Ready {
-        Ready(Some(slf.into_any()))
+        Ready::of(slf.into_any())
     }
 
     fn __aexit__(
         &mut self,
         py: Python<'_>,
-        exc_type: Option<&Bound<'_, PyAny>>,
-        exc: Option<&Bound<'_, PyAny>>,
-        tb: Option<&Bound<'_, PyAny>>,
+        exc_type: &Bound<'_, PyAny>,
+        _exc: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
     ) -> PyResult<Ready> {
-        let suppress = self.__exit__(py, exc_type, exc, tb)?;
-        Ok(Ready(Some(suppress.into_pyobject(py)?.to_owned().into_any().unbind())))
+        self.leave(py, exc_type)?;
+        Ok(Ready::of(false.into_pyobject(py)?.to_owned().into_any().unbind()))
     }
 
     fn __repr__(&self) -> String {
@@ -198,6 +206,13 @@ fn response_parts(value: &Bound<'_, PyAny>) -> PyResult<(u16, feedback::HeaderPa
 /// An awaitable that is already done: what `async with permit` awaits.
 #[pyclass(module = "llmgov._llmgov")]
 pub struct Ready(Option<Py<PyAny>>);
+
+impl Ready {
+    /// Resolves to `value`.
+    pub fn of(value: Py<PyAny>) -> Self {
+        Ready(Some(value))
+    }
+}
 
 #[pymethods]
 impl Ready {

@@ -200,7 +200,7 @@ def test_expiry_on_the_manual_clock() -> None:
 
 def test_counting_long_text_releases_the_gil() -> None:
     """Another thread runs Python while a long text is counted."""
-    text = "lorem ipsum dolor sit amet " * 400_000
+    text = "lorem ipsum dolor sit amet " * 40_000
     ticks = []
     done = threading.Event()
 
@@ -212,7 +212,7 @@ def test_counting_long_text_releases_the_gil() -> None:
     thread.start()
     try:
         before = len(ticks)
-        assert llmgov.count_tokens(text) > 1_000_000
+        assert llmgov.count_tokens(text) > 100_000
         during = len(ticks) - before
     finally:
         done.set()

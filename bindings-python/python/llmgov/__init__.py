@@ -14,6 +14,10 @@ reservation with the provider's actual usage::
     # ... call the provider ...
     permit.settle(input_tokens=1180, output_tokens=212)
 
+    # Or wait, fairly, for capacity:
+    async with gov.reserve("openai/org/gpt-4o", input_tokens=1200, max_output_tokens=300) as permit:
+        ...  # settled as estimated at the end unless settled here; cancelled on an exception
+
 The engine is the Rust core, compiled into ``llmgov._llmgov``.
 ``llmgov.httpx`` governs any httpx client (and so the OpenAI and Anthropic
 SDKs) with one transport.
@@ -22,6 +26,7 @@ SDKs) with one transport.
 from ._llmgov import (
     Governor,
     Permit,
+    Reservation,
     RetryPolicy,
     Route,
     __version__,
@@ -32,12 +37,14 @@ from ._llmgov import (
 )
 from .errors import (
     ConfigError,
+    DeadlineExceeded,
     Error,
     InvalidPath,
     InvalidRequest,
     NeverFits,
     PermitExpired,
     PermitFinished,
+    QueueFull,
     RateLimited,
     UnknownPreset,
     UnknownScope,
@@ -45,6 +52,7 @@ from .errors import (
 
 __all__ = [
     "ConfigError",
+    "DeadlineExceeded",
     "Error",
     "Governor",
     "InvalidPath",
@@ -53,7 +61,9 @@ __all__ = [
     "Permit",
     "PermitExpired",
     "PermitFinished",
+    "QueueFull",
     "RateLimited",
+    "Reservation",
     "RetryPolicy",
     "Route",
     "UnknownPreset",

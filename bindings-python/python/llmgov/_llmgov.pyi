@@ -2,11 +2,12 @@
 
 import os
 from types import TracebackType
-from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, final
+from typing import Any, Awaitable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, final
 
 
 __all__ = [
     "ConfigError",
+    "DeadlineExceeded",
     "Error",
     "Governor",
     "InvalidPath",
@@ -15,8 +16,10 @@ __all__ = [
     "Permit",
     "PermitExpired",
     "PermitFinished",
+    "QueueFull",
     "RateLimited",
     "Ready",
+    "Reservation",
     "RetryPolicy",
     "Route",
     "UnknownPreset",
@@ -96,6 +99,22 @@ class PermitFinished(Error):
 
 class PermitExpired(Error):
     """The permit outlived its TTL and was charged as estimated."""
+
+@final
+class DeadlineExceeded(Error):
+    """A waiting request was not admitted within its deadline."""
+
+    waited_ms: int
+    retry_after: Optional[float]
+    retry_after_ms: Optional[int]
+
+class QueueFull(Error):
+    """The request's traffic class has as many waiters as its queue allows."""
+
+    klass: str
+    bound: int
+    retry_after: Optional[float]
+    retry_after_ms: Optional[int]
 
 @final
 class Route:
@@ -181,7 +200,81 @@ class Governor:
         klass: Optional[str] = None,
         **extra: Any,
     ) -> Permit: ...
+    def acquire(
+        self,
+        paths: _Paths,
+        *,
+        input_tokens: Optional[int] = None,
+        text: Optional[str] = None,
+        messages: Optional[Sequence[Mapping[str, Any]]] = None,
+        model: Optional[str] = None,
+        tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        cached_input_tokens: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+        expected_output_tokens: Optional[int] = None,
+        klass: Optional[str] = None,
+        priority: Optional[int] = None,
+        deadline_ms: Optional[float] = None,
+        **extra: Any,
+    ) -> Awaitable[Permit]: ...
+    def acquire_blocking(
+        self,
+        paths: _Paths,
+        *,
+        input_tokens: Optional[int] = None,
+        text: Optional[str] = None,
+        messages: Optional[Sequence[Mapping[str, Any]]] = None,
+        model: Optional[str] = None,
+        tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        cached_input_tokens: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+        expected_output_tokens: Optional[int] = None,
+        klass: Optional[str] = None,
+        priority: Optional[int] = None,
+        deadline_ms: Optional[float] = None,
+        timeout: Optional[float] = None,
+        **extra: Any,
+    ) -> Permit: ...
+    def reserve(
+        self,
+        paths: _Paths,
+        *,
+        input_tokens: Optional[int] = None,
+        text: Optional[str] = None,
+        messages: Optional[Sequence[Mapping[str, Any]]] = None,
+        model: Optional[str] = None,
+        tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        cached_input_tokens: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+        expected_output_tokens: Optional[int] = None,
+        klass: Optional[str] = None,
+        priority: Optional[int] = None,
+        deadline_ms: Optional[float] = None,
+        timeout: Optional[float] = None,
+        **extra: Any,
+    ) -> "Reservation": ...
+    def queue_metrics(self) -> Dict[str, Any]: ...
     def snapshot(self) -> Dict[str, Any]: ...
+
+@final
+class Reservation:
+    """A context manager: waits for a permit on entry, cancels it on an
+    exception, settles it as estimated if left pending."""
+
+    def __enter__(self) -> Permit: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+    def __aenter__(self) -> Awaitable[Permit]: ...
+    def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> Awaitable[bool]: ...
 
 @final
 class RetryPolicy:

@@ -35,11 +35,15 @@ class _Governed:
         default_max_tokens: int = _wire.DEFAULT_MAX_TOKENS,
         retry: Optional[RetryPolicy] = None,
         counting: str = "exact",
+        deadline_ms: Optional[float] = None,
+        priority: Optional[int] = None,
     ) -> None:
         if counting not in ("exact", "fast"):
             raise InvalidRequest(f"invalid request: `counting` = `{counting!r}`: must be \"exact\" or \"fast\"")
         self.governor = governor
         self.fast = counting == "fast"
+        self.deadline_ms = deadline_ms
+        self.priority = priority
         self.paths = paths
         self.klass = klass
         self.include_usage = include_usage
@@ -69,13 +73,15 @@ class _Governed:
                 del headers["content-length"]
         return self._http.Request(request.method, request.url, headers=headers, content=content, extensions=request.extensions)
 
-    def _admit(self, estimate: _wire.Estimate, paths: Any) -> Permit:
-        return self.governor.try_acquire(
-            paths,
-            input_tokens=estimate.input_tokens,
-            max_output_tokens=estimate.max_output_tokens,
-            klass=self.klass,
-        )
+    def _request(self, estimate: _wire.Estimate) -> Dict[str, Any]:
+        """The keyword arguments of the governor's acquire for a request."""
+        return {
+            "input_tokens": estimate.input_tokens,
+            "max_output_tokens": estimate.max_output_tokens,
+            "klass": self.klass,
+            "priority": self.priority,
+            "deadline_ms": self.deadline_ms,
+        }
 
     def _refused(self, permit: Permit, answer: Any, body: bytes, attempt: int) -> Optional[float]:
         """A 408, 409, 429 or 5xx: reports it (a 429 holds the provider
@@ -186,7 +192,7 @@ class SyncGoverned(_Governed):
         self.retry.record_request()
         attempt = 0
         while True:
-            permit = self._admit(estimate, paths)
+            permit = self.governor.acquire_blocking(paths, **self._request(estimate))
             try:
                 response = self.transport.handle_request(request)
             except self._http.TransportError:
@@ -242,7 +248,7 @@ class AsyncGoverned(_Governed):
         self.retry.record_request()
         attempt = 0
         while True:
-            permit = self._admit(estimate, paths)
+            permit = await self.governor.acquire(paths, **self._request(estimate))
             try:
                 response = await self.transport.handle_async_request(request)
             except self._http.TransportError:

@@ -12,17 +12,21 @@ stable error code::
     ├── UnknownPreset          unknown_preset   name, known
     ├── InvalidRequest         invalid_request  field, value, reason
     ├── PermitFinished         permit_finished  state
-    └── PermitExpired          permit_expired
+    ├── PermitExpired          permit_expired
+    ├── DeadlineExceeded       deadline_exceeded waited_ms, retry_after, retry_after_ms
+    └── QueueFull              queue_full       klass, bound, retry_after, retry_after_ms
 """
 
 from ._llmgov import (
     ConfigError,
+    DeadlineExceeded,
     Error,
     InvalidPath,
     InvalidRequest,
     NeverFits,
     PermitExpired,
     PermitFinished,
+    QueueFull,
     RateLimited,
     UnknownPreset,
     UnknownScope,
@@ -30,12 +34,14 @@ from ._llmgov import (
 
 __all__ = [
     "ConfigError",
+    "DeadlineExceeded",
     "Error",
     "InvalidPath",
     "InvalidRequest",
     "NeverFits",
     "PermitExpired",
     "PermitFinished",
+    "QueueFull",
     "RateLimited",
     "UnknownPreset",
     "UnknownScope",

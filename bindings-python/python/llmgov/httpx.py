@@ -22,9 +22,13 @@ budget); the SDK's own retries are then redundant (`max_retries=0`).
 The OpenAI SDK accepts an `httpx` client; SDKs built on the `httpx2` fork
 (the Anthropic SDK 2.x) take the same transports from `llmgov.httpx2`.
 
-A request the governor refuses locally raises `llmgov.RateLimited` (or
-`NeverFits`): it never reaches the provider. Waiting in a queue for capacity
-needs the scheduler (`Governor.acquire`), which the core does not have yet.
+Each request waits for capacity in the governor's fair queue
+(`Governor.acquire`; the sync transport blocks in `acquire_blocking`): it
+leaves only when every limit on its route has room, so callers never see a
+local refusal, only the queue's own: `DeadlineExceeded` past `deadline_ms`
+(or the class's maximum wait), `QueueFull`, or `NeverFits` for a request
+larger than a limit can ever hold. `klass` and `priority` place it in the
+queue.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ class GovernedTransport(SyncGoverned, httpx.BaseTransport):
     body), `klass` (traffic class), `include_usage` (ask OpenAI streams for
     their usage), `default_max_tokens` (reserved for requests that set no
     `max_tokens`), `retry` (a `RetryPolicy`), `counting` (`"exact"` or
-    `"fast"`)."""
+    `"fast"`), `deadline_ms` and `priority` (for the wait in the queue)."""
 
     _http: Any = httpx
     _stream = _SYNC_STREAM

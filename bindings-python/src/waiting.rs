@@ -1,0 +1,158 @@
+//! Waiting for admission: `await gov.acquire(...)` (asyncio, through
+//! pyo3-async-runtimes on tokio), `gov.acquire_blocking(...)` (the GIL
+//! released while the thread is parked), and `gov.reserve(...)`, a context
+//! manager for `with` and `async with` that settles or cancels on exit.
+
+use std::time::Duration;
+
+use llmgov::Request;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::args::{self, no_unknown};
+use crate::errors::{invalid, IntoPyResult};
+use crate::governor::{PyGovernor, RequestArgs};
+use crate::permit::{PyPermit, Ready};
+
+/// What waiting adds to a request: its priority among its tenant's
+/// waiting requests, and how long it may wait (`deadline_ms`).
+pub fn with_waiting(
+    mut request: Request,
+    priority: Option<&Bound<'_, PyAny>>,
+    deadline_ms: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Request> {
+    if let Some(p) = priority.filter(|p| !p.is_none()) {
+        request.priority = p
+            .extract::<i32>()
+            .ok()
+            .filter(|_| !p.is_instance_of::<pyo3::types::PyBool>())
+            .ok_or_else(|| invalid("priority", p, "must be an integer from -2^31 to 2^31 - 1"))?;
+    }
+    if let Some(d) = deadline_ms.filter(|d| !d.is_none()) {
+        request.deadline = Some(Duration::from_nanos((args::millis("deadline_ms", d)? * 1e6).round() as u64));
+    }
+    Ok(request)
+}
+
+/// The blocking timeout, from seconds.
+pub fn timeout(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
+    match value.filter(|v| !v.is_none()) {
+        Some(v) => {
+            let ms = args::millis("timeout", v)
+                .map_err(|_| invalid("timeout", v, "must be a non-negative number of seconds"))?;
+            Ok(Some(Duration::from_secs_f64(ms)))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Waits on an async runtime for the permit; an awaitable for asyncio.
+pub fn acquire_async<'py>(gov: &Bound<'py, PyGovernor>, request: Request) -> PyResult<Bound<'py, PyAny>> {
+    let waiting = gov.get().gov.acquire(&request);
+    let owner = gov.clone().unbind();
+    pyo3_async_runtimes::tokio::future_into_py(gov.py(), async move {
+        let permit = waiting.await.py_err()?;
+        Ok(PyPermit::new(permit, owner))
+    })
+}
+
+/// Parks the thread, the GIL released, until the permit or a refusal.
+pub fn acquire_blocking(
+    gov: &Bound<'_, PyGovernor>,
+    request: Request,
+    timeout: Option<Duration>,
+) -> PyResult<PyPermit> {
+    let core = gov.get().gov.clone();
+    let permit = gov.py().detach(move || core.acquire_blocking(&request, timeout)).py_err()?;
+    Ok(PyPermit::new(permit, gov.clone().unbind()))
+}
+
+/// `gov.reserve(...)`: waits for a permit on entering the block, cancels it
+/// if the block raises, and settles it as estimated if the block left it
+/// pending.
+#[pyclass(name = "Reservation", module = "llmgov._llmgov")]
+pub struct Reservation {
+    gov: Py<PyGovernor>,
+    request: Request,
+    timeout: Option<Duration>,
+    permit: Option<Py<PyPermit>>,
+}
+
+impl Reservation {
+    pub fn new(gov: Py<PyGovernor>, request: Request, timeout: Option<Duration>) -> Self {
+        Reservation { gov, request, timeout, permit: None }
+    }
+
+    fn leave(&mut self, py: Python<'_>, exc_type: &Bound<'_, PyAny>) -> PyResult<bool> {
+        if let Some(permit) = self.permit.take() {
+            permit.bind(py).borrow_mut().leave(py, exc_type)?;
+        }
+        Ok(false)
+    }
+}
+
+#[pymethods]
+impl Reservation {
+    fn __enter__(&mut self, py: Python<'_>) -> PyResult<Py<PyPermit>> {
+        let permit = Py::new(py, acquire_blocking(self.gov.bind(py), self.request, self.timeout)?)?;
+        self.permit = Some(permit.clone_ref(py));
+        Ok(permit)
+    }
+
+    fn __exit__(
+        &mut self,
+        py: Python<'_>,
+        exc_type: &Bound<'_, PyAny>,
+        _exc: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        self.leave(py, exc_type)
+    }
+
+    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let (gov, request) = {
+            let this = slf.borrow();
+            (this.gov.clone_ref(py), this.request)
+        };
+        let waiting = gov.bind(py).get().gov.acquire(&request);
+        let holder = slf.clone().unbind();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let permit = waiting.await.py_err()?;
+            Python::attach(|py| {
+                let permit = Py::new(py, PyPermit::new(permit, gov))?;
+                holder.bind(py).borrow_mut().permit = Some(permit.clone_ref(py));
+                Ok(permit)
+            })
+        })
+    }
+
+    fn __aexit__(
+        &mut self,
+        py: Python<'_>,
+        exc_type: &Bound<'_, PyAny>,
+        _exc: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> PyResult<Ready> {
+        let suppress = self.leave(py, exc_type)?;
+        Ok(Ready::of(suppress.into_pyobject(py)?.to_owned().into_any().unbind()))
+    }
+}
+
+/// The keyword arguments every waiting call takes, checked.
+#[allow(clippy::too_many_arguments)]
+pub fn request_of(
+    gov: &Bound<'_, PyGovernor>,
+    paths: &Bound<'_, PyAny>,
+    args: &RequestArgs<'_, '_>,
+    priority: Option<&Bound<'_, PyAny>>,
+    deadline_ms: Option<&Bound<'_, PyAny>>,
+    function: &str,
+    extra: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Request> {
+    no_unknown(function, extra)?;
+    let py = gov.py();
+    let this = gov.get();
+    let route = this.resolve(py, paths)?;
+    with_waiting(this.request(py, route, args)?, priority, deadline_ms)
+}

@@ -1,0 +1,154 @@
+"""Waiting for admission on the manual clock: `await gov.acquire`,
+`gov.acquire_blocking` (the GIL released while parked), `gov.reserve`, and
+the queue's refusals as exceptions."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+import llmgov
+
+CONFIG = {
+    "scopes": {"p": {"limits": [{"dimension": "requests", "amount": 1, "window": "1s"}]}},
+    "classes": {"tight": {"queue_bound": 1}},
+}
+
+
+@pytest.fixture
+def gov() -> llmgov.Governor:
+    gov = llmgov.Governor.from_dict(CONFIG, clock="manual")
+    gov.try_acquire("p").settle()  # the only request of this second
+    return gov
+
+
+def depth(gov: llmgov.Governor) -> int:
+    return gov.queue_metrics()["depth"]
+
+
+async def until(condition: Any) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.002)
+    raise AssertionError("condition never held")
+
+
+async def test_acquire_waits_until_the_clock_refills(gov: llmgov.Governor) -> None:
+    waiting = asyncio.ensure_future(gov.acquire("p"))
+    await until(lambda: depth(gov) == 1)
+    assert not waiting.done()
+    gov.advance(999)
+    await asyncio.sleep(0.01)
+    assert not waiting.done(), "admitted before the refill"
+    gov.advance(1)
+    permit = await asyncio.wait_for(waiting, 5)
+    assert permit.state == "pending" and depth(gov) == 0
+    permit.settle()
+
+
+async def test_deadline_shorter_than_the_wait_is_refused_at_once(gov: llmgov.Governor) -> None:
+    with pytest.raises(llmgov.DeadlineExceeded) as refused:
+        await gov.acquire("p", deadline_ms=100)
+    e = refused.value
+    assert e.code == "deadline_exceeded" and e.waited_ms == 0 and e.retry_after_ms == 1000
+    assert depth(gov) == 0
+
+
+async def test_a_full_class_queue_is_refused(gov: llmgov.Governor) -> None:
+    first = asyncio.ensure_future(gov.acquire("p", klass="tight"))
+    await until(lambda: depth(gov) == 1)
+    with pytest.raises(llmgov.QueueFull) as full:
+        await gov.acquire("p", klass="tight")
+    assert full.value.code == "queue_full" and full.value.klass == "tight" and full.value.bound == 1
+    first.cancel()
+
+
+async def test_cancelling_a_waiter_leaves_the_queue_and_leaks_nothing(gov: llmgov.Governor) -> None:
+    waiters = [asyncio.ensure_future(gov.acquire("p")) for _ in range(50)]
+    await until(lambda: depth(gov) == 50)
+    for waiter in waiters:
+        waiter.cancel()
+    await asyncio.gather(*waiters, return_exceptions=True)
+    await until(lambda: depth(gov) == 0)
+    gov.advance(1000)
+    gov.try_acquire("p").settle()  # the refill is all still there
+
+
+def test_acquire_blocking_releases_the_gil_while_parked(gov: llmgov.Governor) -> None:
+    """The waiting thread is parked without the GIL: this thread runs Python
+    meanwhile and moves the clock that lets it through."""
+    got = {}
+
+    def wait() -> None:
+        got["permit"] = gov.acquire_blocking("p", timeout=10)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    for _ in range(5000):
+        if depth(gov) == 1:
+            break
+        threading.Event().wait(0.001)
+    assert depth(gov) == 1 and "permit" not in got
+    gov.advance(1000)
+    thread.join(10)
+    assert not thread.is_alive() and got["permit"].state == "pending"
+
+
+def test_acquire_blocking_times_out(gov: llmgov.Governor) -> None:
+    with pytest.raises(llmgov.DeadlineExceeded):
+        gov.acquire_blocking("p", timeout=0.05)
+    assert depth(gov) == 0
+
+
+def test_reserve_with_settles_or_cancels() -> None:
+    gov = llmgov.Governor.from_dict(
+        {"scopes": {"p": {"limits": [{"dimension": "tokens", "amount": 1000, "window": "1m"}]}}}, clock="manual"
+    )
+    with gov.reserve("p", input_tokens=100, max_output_tokens=50) as permit:
+        permit.settle(output_tokens=10)
+    with pytest.raises(RuntimeError):
+        with gov.reserve("p", input_tokens=300) as failed:
+            raise RuntimeError("the call failed")
+    assert failed.state == "cancelled"
+    with gov.reserve("p", input_tokens=200) as left:
+        pass
+    assert left.state == "settled"
+    in_use = gov.snapshot()["scopes"][0]["limits"][0]["in_use"]
+    assert in_use == 110 + 200
+
+
+async def test_reserve_async_with_waits_then_settles_or_cancels(gov: llmgov.Governor) -> None:
+    async def use() -> str:
+        async with gov.reserve("p") as permit:
+            return permit.state
+
+    task = asyncio.ensure_future(use())
+    await until(lambda: depth(gov) == 1)
+    gov.advance(1000)
+    assert await asyncio.wait_for(task, 5) == "pending"
+    gov.advance(1000)
+    with pytest.raises(ValueError):
+        async with gov.reserve("p") as permit:
+            raise ValueError("boom")
+    assert permit.state == "cancelled"
+
+
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"priority": "high"}, "priority"),
+        ({"priority": 2**40}, "priority"),
+        ({"deadline_ms": -5}, "deadline_ms"),
+        ({"timeout": "soon"}, "timeout"),
+        ({"deadlin_ms": 5}, "deadlin_ms"),
+    ],
+)
+def test_bad_waiting_arguments(gov: llmgov.Governor, kwargs: Any, field: str) -> None:
+    with pytest.raises(llmgov.InvalidRequest) as bad:
+        gov.acquire_blocking("p", **kwargs)
+    assert bad.value.field == field
+    assert depth(gov) == 0
