@@ -28,6 +28,17 @@ pub enum Error {
         /// other requests finishing (concurrency).
         retry_after: Option<Duration>,
     },
+    /// A provider scope's circuit breaker is open after consecutive
+    /// failures; nothing was reserved. After `retry_after` one request goes
+    /// through as a probe, and its success closes the breaker.
+    #[error("circuit open on provider scope `{scope}`; retry after {} ms", crate::time::ceil_ms(*.retry_after))]
+    #[non_exhaustive]
+    CircuitOpen {
+        /// Path of the provider scope whose breaker is open.
+        scope: Arc<str>,
+        /// When the breaker lets the next probe through, from now.
+        retry_after: Duration,
+    },
     /// The request costs more than the limit's burst: waiting can never help.
     #[error("request can never fit scope `{scope}`: {dimension} cost {cost} exceeds the limit's burst of {burst}")]
     #[non_exhaustive]
@@ -134,6 +145,7 @@ impl Error {
         match self {
             Error::RateLimited { .. } => "rate_limited",
             Error::NeverFits { .. } => "never_fits",
+            Error::CircuitOpen { .. } => "circuit_open",
             Error::InvalidConfig { .. } => "invalid_config",
             Error::InvalidPath { .. } => "invalid_path",
             Error::UnknownScope { .. } => "unknown_scope",

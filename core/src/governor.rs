@@ -198,8 +198,15 @@ impl Governor {
     ) -> Result<Classification> {
         let wall_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         let feedback = classify_response(status, headers, body, ProviderHint::Auto, wall_ms);
-        self.observe(permit.route(), &feedback)?;
+        self.ledger.report(permit, &feedback, self.clock.now())?;
         Ok(feedback)
+    }
+
+    /// Feeds an answer already classified back for `permit`'s request: as
+    /// [`Self::observe`], but dated by the permit, so that the 429s of
+    /// requests sent before the last decrease lower the rate only once.
+    pub fn report_classified(&self, permit: &Permit, feedback: &Classification) -> Result<usize> {
+        self.ledger.report(permit, feedback, self.clock.now())
     }
 
     /// Refunds a permit whose request was never sent; see [`Ledger::cancel`].

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::ledger::breaker::State;
 use crate::ledger::limit::{Rule, TtlSlots};
 use crate::ledger::registry::Scope;
 use crate::ledger::Ledger;
@@ -19,6 +20,8 @@ pub struct Snapshot {
     pub rate_limited: u64,
     /// Requests refused because they can never fit.
     pub never_fits: u64,
+    /// Requests refused because a provider scope's breaker was open.
+    pub circuit_open: u64,
     /// Requests admitted here and then refused by the provider, as reported
     /// through [`crate::Ledger::observe`] (distinct from `rate_limited`,
     /// which llmgov refused itself).
@@ -37,6 +40,9 @@ pub struct ScopeSnapshot {
     pub path: String,
     /// Its limits, in config order.
     pub limits: Vec<LimitSnapshot>,
+    /// Provider scopes only: `closed`, `open` or `half_open`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breaker: Option<&'static str>,
 }
 
 /// One limit of one scope at one moment.
@@ -50,6 +56,11 @@ pub struct LimitSnapshot {
     pub configured_amount: u64,
     /// The amount enforced, after the safety margin.
     pub amount: u64,
+    /// Provider scopes' token buckets: the amount per window enforced now,
+    /// after AIMD, slow start and the provider's `limit` headers (0 while a
+    /// limit left to discovery is still unknown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effective_amount: Option<u64>,
     /// The most it holds at once.
     pub burst: u64,
     /// Window length in milliseconds; absent for concurrency.
@@ -77,14 +88,15 @@ impl ScopeSnapshot {
 }
 
 pub(crate) fn build(ledger: &Ledger, now: u64) -> Snapshot {
-    let (admitted, rate_limited, never_fits, expired_permits, admitted_then_provider_rejected) = ledger.counts(now);
+    let counts = ledger.counts(now);
     Snapshot {
         now_ms: now / NS_PER_MS,
-        admitted,
-        rate_limited,
-        never_fits,
-        admitted_then_provider_rejected,
-        expired_permits,
+        admitted: counts.admitted,
+        rate_limited: counts.rate_limited,
+        never_fits: counts.never_fits,
+        circuit_open: counts.circuit_open,
+        admitted_then_provider_rejected: counts.provider_rejected,
+        expired_permits: counts.expired,
         scopes: ledger.registry().iter().map(|s| scope(s, now, ledger.ttl())).collect(),
     }
 }
@@ -94,8 +106,14 @@ pub(crate) fn scope(scope: &Scope, now: u64, ttl: TtlSlots) -> ScopeSnapshot {
         .limits
         .iter()
         .zip(scope.buckets.iter())
-        .map(|(limit, bucket)| {
-            let (available, in_use) = limit.usage_at(bucket, now, ttl);
+        .enumerate()
+        .map(|(i, (limit, bucket))| {
+            let pace = scope.pace(i);
+            let (available, in_use) = limit.usage_at(bucket, now, ttl, pace);
+            let effective_amount = match (&limit.rule, pace) {
+                (Rule::TokenBucket(p), Some(pace)) => Some(pace.effective_amount(limit.shape(p))),
+                _ => None,
+            };
             LimitSnapshot {
                 dimension: limit.dimension,
                 algorithm: match limit.rule {
@@ -105,6 +123,7 @@ pub(crate) fn scope(scope: &Scope, now: u64, ttl: TtlSlots) -> ScopeSnapshot {
                 },
                 configured_amount: limit.configured_amount,
                 amount: limit.amount,
+                effective_amount,
                 burst: limit.burst,
                 window_ms: limit.window_ns.map(|ns| ns / NS_PER_MS),
                 available,
@@ -114,5 +133,10 @@ pub(crate) fn scope(scope: &Scope, now: u64, ttl: TtlSlots) -> ScopeSnapshot {
             }
         })
         .collect();
-    ScopeSnapshot { path: scope.path.to_string(), limits }
+    let breaker = scope.adaptation.as_deref().map(|a| match a.breaker.state(now) {
+        State::Closed => "closed",
+        State::Open => "open",
+        State::HalfOpen => "half_open",
+    });
+    ScopeSnapshot { path: scope.path.to_string(), limits, breaker }
 }

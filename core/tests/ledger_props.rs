@@ -12,11 +12,33 @@ use serde_json::json;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Acquire { input: u64, output: u64 },
-    Settle { which: usize, input: u64, output: u64 },
-    Cancel { which: usize },
-    AddOutput { which: usize, tokens: u64 },
-    Advance { ms: u64 },
+    Acquire {
+        input: u64,
+        output: u64,
+    },
+    Settle {
+        which: usize,
+        input: u64,
+        output: u64,
+    },
+    Cancel {
+        which: usize,
+    },
+    AddOutput {
+        which: usize,
+        tokens: u64,
+    },
+    Advance {
+        ms: u64,
+    },
+    /// A provider's answer to permit `which` (or to the route, without permits).
+    Answer {
+        which: usize,
+        status: u16,
+        limit: Option<u64>,
+        remaining: Option<u64>,
+        retry_ms: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -27,6 +49,26 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (any::<usize>(), 0..40u64).prop_map(|(which, tokens)| Op::AddOutput { which, tokens }),
         3 => (0..4000u64).prop_map(|ms| Op::Advance { ms }),
     ]
+}
+
+/// Random ops with provider answers among them: 429s, 5xx, successes,
+/// `limit` headers above and below the configured amount, `remaining` counts.
+fn op_with_answers() -> impl Strategy<Value = Op> {
+    let answer = (
+        any::<usize>(),
+        prop_oneof![Just(200u16), Just(429), Just(500)],
+        proptest::option::of(1..1000u64),
+        proptest::option::of(0..1000u64),
+        0..5000u64,
+    )
+        .prop_map(|(which, status, limit, remaining, retry_ms)| Op::Answer {
+            which,
+            status,
+            limit,
+            remaining,
+            retry_ms,
+        });
+    prop_oneof![8 => op(), 3 => answer]
 }
 
 /// One signed change to a limit's count: `+` at admission and overage,
@@ -43,8 +85,13 @@ struct Charge {
 
 /// Replays `ops` on a one-scope governor with a `tokens` limit described by
 /// `limit`, logging every charge on it. `check` runs after every step.
-fn replay(limit: serde_json::Value, ops: &[Op], mut check: impl FnMut(&Governor, &[Charge], &[Permit])) {
-    let config = json!({ "permit_ttl": "16s", "scopes": { "p": { "limits": [limit] } } });
+fn replay(limit: serde_json::Value, ops: &[Op], check: impl FnMut(&Governor, &[Charge], &[Permit])) {
+    replay_on(json!({ "limits": [limit] }), ops, check)
+}
+
+/// [`replay`] on a scope configured as `scope` (e.g. a provider scope).
+fn replay_on(scope: serde_json::Value, ops: &[Op], mut check: impl FnMut(&Governor, &[Charge], &[Permit])) {
+    let config = json!({ "permit_ttl": "16s", "scopes": { "p": scope } });
     let clock = Arc::new(ManualClock::new(0));
     let gov = Governor::with_clock(&llmgov::Config::from_value(config).unwrap(), clock.clone()).unwrap();
     let route = gov.route(&["p"]).unwrap();
@@ -63,7 +110,7 @@ fn replay(limit: serde_json::Value, ops: &[Op], mut check: impl FnMut(&Governor,
                         log.push(Charge { at: now, slot_at: now, amount, admission: amount > 0 });
                         permits.push(p);
                     }
-                    Err(Error::RateLimited { .. }) | Err(Error::NeverFits { .. }) => {}
+                    Err(Error::RateLimited { .. } | Error::NeverFits { .. } | Error::CircuitOpen { .. }) => {}
                     Err(e) => panic!("unexpected error {e}"),
                 }
             }
@@ -96,10 +143,27 @@ fn replay(limit: serde_json::Value, ops: &[Op], mut check: impl FnMut(&Governor,
                 }
             }
             Op::Advance { ms } => clock.advance(Duration::from_millis(ms)),
+            Op::Answer { which, status, limit, remaining, retry_ms } => {
+                let feedback = answer(status, limit, remaining, retry_ms);
+                match permits.len() {
+                    0 => gov.observe(route, &feedback).map(drop).unwrap(),
+                    n => gov.report_classified(&permits[which % n], &feedback).map(drop).unwrap(),
+                }
+            }
             _ => {}
         }
         check(&gov, &log, &permits);
     }
+}
+
+/// A provider's answer, as the classifier reads OpenAI's headers.
+fn answer(status: u16, limit: Option<u64>, remaining: Option<u64>, retry_ms: u64) -> llmgov::Classification {
+    let mut headers = vec![("retry-after-ms".to_owned(), retry_ms.to_string())];
+    headers.extend(limit.map(|l| ("x-ratelimit-limit-tokens".to_owned(), l.to_string())));
+    headers.extend(remaining.map(|r| ("x-ratelimit-remaining-tokens".to_owned(), r.to_string())));
+    let body: &[u8] =
+        if status == 429 { br#"{"error":{"type":"tokens","code":"rate_limit_exceeded"}}"# } else { b"{}" };
+    llmgov::classify_response(status, &headers, body, llmgov::ProviderHint::OpenAi, 0)
 }
 
 fn clock_now(clock: &ManualClock) -> u64 {
@@ -140,6 +204,36 @@ proptest! {
                 let taken: i128 = events.iter().map(|c| c.amount).sum();
                 // Exact integers: taken·W ≤ burst·W + amount·(u−s), plus 1 ns of
                 // rounding per event (see gcra.rs).
+                let slack = (events.len() as i128 + 2) * amount as i128;
+                let bound = burst as i128 * window_ns as i128 + amount as i128 * (u - s) as i128 + slack;
+                assert!(taken * window_ns as i128 <= bound, "took {taken} over [{s}, {u}] with burst {burst}, {amount}/{window_ns}ns");
+            }
+        });
+    }
+
+    /// On a provider scope, whatever the provider answers (429s and their
+    /// cooldowns, AIMD decreases and increases, `limit` headers above or
+    /// below the config, `remaining` counts, an open breaker), the bucket
+    /// still never admits beyond its configured burst plus refill: feedback
+    /// only ever slows it.
+    #[test]
+    fn provider_feedback_never_lifts_a_configured_bucket(
+        amount in 20..500u64, window in 0..3usize, burst_pct in 50..200u64,
+        ops in proptest::collection::vec(op_with_answers(), 1..150),
+    ) {
+        let window_ns = WINDOWS_MS[window] * 1_000_000;
+        let burst = (amount * burst_pct / 100).max(1);
+        let limit = json!({"dimension": "tokens", "amount": amount, "window": format!("{}ms", WINDOWS_MS[window]), "burst": burst});
+        replay_on(json!({"provider": true, "limits": [limit]}), &ops, |gov, log, _| {
+            let snap = tokens_limit(gov);
+            assert!(snap.available <= burst as i64, "feedback created capacity: {snap:?}");
+            assert!(snap.effective_amount.unwrap() <= amount, "above the configured amount: {snap:?}");
+            let Some(last) = log.last().filter(|c| c.admission) else { return };
+            let u = last.at;
+            for (i, start) in log.iter().enumerate() {
+                let s = start.at;
+                let events = &log[i..];
+                let taken: i128 = events.iter().map(|c| c.amount).sum();
                 let slack = (events.len() as i128 + 2) * amount as i128;
                 let bound = burst as i128 * window_ns as i128 + amount as i128 * (u - s) as i128 + slack;
                 assert!(taken * window_ns as i128 <= bound, "took {taken} over [{s}, {u}] with burst {burst}, {amount}/{window_ns}ns");

@@ -31,6 +31,7 @@ pub(crate) struct Compiled {
     pub configured: Vec<(String, Arc<[Limit]>, bool)>,
     pub templates: Vec<Template>,
     pub permit_ttl_ns: u64,
+    pub adaptive: super::adaptive::Adaptive,
 }
 
 pub(crate) fn compile(config: &Config) -> Result<Compiled> {
@@ -48,7 +49,8 @@ pub(crate) fn compile(config: &Config) -> Result<Compiled> {
     if let Some(output) = &config.output {
         output.validate()?;
     }
-    let mut compiled = Compiled { configured: Vec::new(), templates: Vec::new(), permit_ttl_ns };
+    let adaptive = config.adaptive.clone().unwrap_or_default().compile()?;
+    let mut compiled = Compiled { configured: Vec::new(), templates: Vec::new(), permit_ttl_ns, adaptive };
     for (path, scope) in &config.scopes {
         let field = format!("scopes.{path}");
         let segments = template_segments(&field, path)?;
@@ -56,16 +58,17 @@ pub(crate) fn compile(config: &Config) -> Result<Compiled> {
         if scope.limits.is_empty() {
             return Err(Error::config(format!("{field}.limits"), "[]", "a scope needs at least one limit"));
         }
+        let provider = scope.provider.unwrap_or(false);
         let limits: Arc<[Limit]> = scope
             .limits
             .iter()
             .enumerate()
-            .map(|(i, limit)| compile_limit(&format!("{field}.limits[{i}]"), limit, scope_margin))
+            .map(|(i, limit)| compile_limit(&format!("{field}.limits[{i}]"), limit, scope_margin, provider))
             .collect::<Result<_>>()?;
         if segments.iter().any(Option::is_none) {
-            compiled.templates.push(Template { segments, limits, provider: scope.provider.unwrap_or(false) });
+            compiled.templates.push(Template { segments, limits, provider });
         } else {
-            compiled.configured.push((path.clone(), limits, scope.provider.unwrap_or(false)));
+            compiled.configured.push((path.clone(), limits, provider));
         }
     }
     Ok(compiled)
@@ -78,7 +81,7 @@ fn margin(value: Option<f64>, field: &str) -> Result<Option<f64>> {
     }
 }
 
-fn parse_duration(field: &str, text: &str) -> Result<u64> {
+pub(super) fn parse_duration(field: &str, text: &str) -> Result<u64> {
     let d = humantime::parse_duration(text)
         .map_err(|e| Error::config(field, text, format!("not a duration ({e}); write e.g. 1s, 1m, 1d, 500ms")))?;
     match duration_ns(d) {
@@ -99,15 +102,16 @@ fn template_segments(field: &str, path: &str) -> Result<Vec<Option<Box<str>>>> {
     Ok(segments.into_iter().map(|s| (s != "*").then(|| s.into())).collect())
 }
 
-fn compile_limit(field: &str, limit: &LimitConfig, margin: f64) -> Result<Limit> {
+fn compile_limit(field: &str, limit: &LimitConfig, margin: f64, provider: bool) -> Result<Limit> {
     let at = |name: &str| format!("{field}.{name}");
-    if limit.amount == 0 {
+    let Some(configured) = limit.amount else { return discovered_limit(&at, limit, margin, provider) };
+    if configured == 0 {
         return Err(Error::config(at("amount"), 0, "must be at least 1"));
     }
-    if limit.amount > MAX_AMOUNT {
-        return Err(Error::config(at("amount"), limit.amount, format!("must be at most {MAX_AMOUNT}")));
+    if configured > MAX_AMOUNT {
+        return Err(Error::config(at("amount"), configured, format!("must be at most {MAX_AMOUNT}")));
     }
-    let amount = scaled(limit.amount, margin, &at("amount"))?;
+    let amount = scaled(configured, margin, &at("amount"))?;
     let count_cached_input = match (limit.count_cached_input, limit.dimension) {
         (Some(v), Dimension::InputTokens | Dimension::Tokens) | (Some(v @ true), _) => v,
         (None, _) => true,
@@ -123,10 +127,12 @@ fn compile_limit(field: &str, limit: &LimitConfig, margin: f64) -> Result<Limit>
         dimension: limit.dimension,
         rule: Rule::Concurrency { max: amount },
         cost_kind: CostKind::of(limit.dimension, count_cached_input, reserve_expected(&at, limit)?),
-        configured_amount: limit.amount,
+        configured_amount: configured,
         amount,
         burst: amount,
         window_ns: None,
+        discovered: false,
+        margin,
     };
     if limit.dimension == Dimension::Concurrency {
         let stray = [
@@ -202,7 +208,7 @@ fn sliding_window(
     }
     if amount > MAX_SLOT_COUNT {
         let reason = format!("a sliding_window holds at most {MAX_SLOT_COUNT}; use token_bucket");
-        return Err(Error::config(at("amount"), limit.amount, reason));
+        return Err(Error::config(at("amount"), amount, reason));
     }
     if window_ns < MIN_SLOT_NS {
         return Err(Error::config(at("window"), window_text, "a sliding_window needs at least 1ms"));
@@ -214,6 +220,48 @@ fn sliding_window(
     }
     // Rounding the slot up only lengthens the window: the safe side.
     Ok(Rule::SlidingWindow { amount, slot: SlotWidth::new(window_ns.div_ceil(u64::from(slots))), slots })
+}
+
+/// A limit whose amount the provider's `limit` headers will say. Until then
+/// its bucket holds one unit per window and every charge is capped at the
+/// whole bucket: one request per window, whatever its size.
+fn discovered_limit(at: &dyn Fn(&str) -> String, limit: &LimitConfig, margin: f64, provider: bool) -> Result<Limit> {
+    let unset = |reason: &str| Err(Error::config(at("amount"), "", reason.to_owned()));
+    if !provider {
+        return unset("is required: only a provider scope (provider = true) learns its limits from the provider");
+    }
+    if limit.dimension == Dimension::Concurrency || limit.algorithm == Some(Algorithm::SlidingWindow) {
+        return unset("is required: only token_bucket limits are discovered from the provider's headers");
+    }
+    if let Some(burst) = limit.burst {
+        return Err(Error::config(at("burst"), burst, "a discovered limit's burst is its discovered amount"));
+    }
+    if let Some(slots) = limit.slots {
+        return Err(Error::config(at("slots"), slots, "only a sliding_window has slots"));
+    }
+    let window_text = limit.window.as_deref().ok_or_else(|| {
+        Error::config(at("window"), "", "a discovered limit needs the window its provider counts in, e.g. \"1m\"")
+    })?;
+    let window_ns = parse_duration(&at("window"), window_text)?;
+    if window_ns > MAX_WINDOW_NS {
+        return Err(Error::config(at("window"), window_text, "must be at most 400 days"));
+    }
+    Ok(Limit {
+        dimension: limit.dimension,
+        rule: Rule::TokenBucket(GcraParams::new(1, window_ns, 1)),
+        cost_kind: CostKind::of(
+            limit.dimension,
+            limit.count_cached_input.unwrap_or(true),
+            reserve_expected(at, limit)?,
+        ),
+        configured_amount: 0,
+        amount: 0,
+        // Unknown: any request may fit. The provider says if it never does.
+        burst: MAX_AMOUNT,
+        window_ns: Some(window_ns),
+        discovered: true,
+        margin,
+    })
 }
 
 /// Whether the limit reserves the expected output rather than `max_tokens`.

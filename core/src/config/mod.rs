@@ -2,6 +2,7 @@
 //! the compiled limits the ledger enforces. A config that loads is valid;
 //! the hot path never parses or checks it again.
 
+pub mod adaptive;
 pub mod classes;
 mod compile;
 mod presets;
@@ -12,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Dimension, Error, Result};
 
+pub use adaptive::{AdaptiveConfig, BreakerConfig, RampConfig};
 pub(crate) use compile::compile;
 pub use presets::PRESETS;
 
@@ -49,6 +51,10 @@ pub struct Config {
     /// `reserve_output = "expected"` (default: p95, 20 samples first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<crate::tokens::OutputConfig>,
+    /// How provider scopes adapt to the provider's answers: AIMD, slow
+    /// start and the circuit breaker (see [`AdaptiveConfig`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveConfig>,
     /// Traffic classes' queues by name (priority, queue bound, maximum
     /// wait, DRR quantum); see [`classes`]. Built-in classes need no entry.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -118,8 +124,13 @@ impl Algorithm {
 pub struct LimitConfig {
     /// What is counted.
     pub dimension: Dimension,
-    /// How much per window (or, for concurrency, at once). Must be at least 1.
-    pub amount: u64,
+    /// How much per window (or, for concurrency, at once); at least one.
+    /// Left out on a provider scope's token bucket, it is discovered:
+    /// taken from the provider's `limit` headers (a window of `"1m"` for
+    /// per-minute headers, `"1d"` for daily ones), admitting one request per
+    /// window until the first answer says it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount: Option<u64>,
     /// Window length, e.g. `"1s"`, `"1m"`, `"1d"`, `"1h 30m"`. Required for
     /// every dimension but concurrency, which has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]

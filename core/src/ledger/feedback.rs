@@ -3,8 +3,8 @@
 
 use std::sync::atomic::Ordering;
 
-use super::limit::Limit;
-use super::permit::Route;
+use super::limit::{Limit, ProviderWord};
+use super::permit::{Permit, Route};
 use super::Ledger;
 use crate::feedback::{Classification, LimitDimension, LimitKind};
 use crate::{Dimension, Result};
@@ -12,6 +12,8 @@ use crate::{Dimension, Result};
 /// Windows at least this long hold daily quotas; shorter ones the
 /// per-minute limits that providers report without saying "daily".
 const DAILY_WINDOW_NS: u64 = 3_600_000_000_000;
+const MINUTE_NS: u64 = 60_000_000_000;
+const DAY_NS: u64 = 24 * 60 * MINUTE_NS;
 
 /// How long a 429 that says nothing of when to come back holds a bucket.
 const DEFAULT_COOLDOWN_MS: u64 = 1_000;
@@ -26,40 +28,108 @@ fn reports_on(reported: LimitDimension, limit: &Limit) -> bool {
     }
 }
 
+/// Whether a `limit` header for `reported` states `limit`'s amount: the
+/// windows must match, a minute for per-minute headers, a day for daily ones.
+fn states_amount_of(reported: LimitDimension, limit: &Limit) -> bool {
+    let window = if matches!(reported, LimitDimension::DailyRequests | LimitDimension::DailyTokens) {
+        DAY_NS
+    } else {
+        MINUTE_NS
+    };
+    limit.window_ns == Some(window) && reports_on(reported, limit)
+}
+
+/// What an answer is to a breaker.
+fn verdict(feedback: &Classification) -> Option<bool> {
+    match feedback.kind {
+        // The request's own fault: says nothing of the provider.
+        LimitKind::TooLarge => None,
+        LimitKind::None if feedback.retryable => Some(false),
+        LimitKind::None => Some(true),
+        _ => Some(false),
+    }
+}
+
 impl Ledger {
     /// Feeds a provider's answer to a request on `route` back into the
-    /// limits of the route's provider scopes (scopes configured with
-    /// `provider = true`; other scopes are llmgov's own budgets):
+    /// route's provider scopes (scopes configured with `provider = true`;
+    /// other scopes are llmgov's own budgets):
+    /// - a `limit` header sets a token bucket's amount where the config left
+    ///   it unset, or lowers it where the provider's is lower (discovery);
     /// - a `remaining` count lower than a bucket believes takes it down to it;
     /// - a 429 rate limit empties the bucket of the dimension it names (every
-    ///   bucket of the provider scope when it names none) and holds it empty
-    ///   until the retry-after, else that dimension's reset, else 1 s.
+    ///   bucket of the provider scope when it names none), holds it empty
+    ///   until the retry-after (else that dimension's reset, else 1 s), and
+    ///   multiplies its rate by the AIMD decrease; a window with successes
+    ///   adds a step back;
+    /// - consecutive failures (429s, 5xx, 529) open the scope's breaker, and
+    ///   the success of the probe after its pause closes it (restarting a
+    ///   ramp, if configured).
     ///
-    /// Every refusal counts as admitted-then-rejected in the snapshot. Only
-    /// token buckets move: sliding windows and concurrency have no timeline
-    /// to push. Returns how many limits changed.
+    /// Without the permit, a 429 within a second of the last decrease counts
+    /// as the same overload; [`Self::report`] dates it by its permit. Every
+    /// refusal counts as admitted-then-rejected in the snapshot. Sliding
+    /// windows and concurrency have no timeline to push. Returns how many
+    /// limits changed.
     pub fn observe(&self, route: Route, feedback: &Classification, now: u64) -> Result<usize> {
         self.check_route(route)?;
+        Ok(self.feed_back(route, feedback, None, now))
+    }
+
+    /// [`Self::observe`] for the answer to `permit`'s request: a 429 for a
+    /// request sent before the last decrease or breaker opening is old news
+    /// and lowers the rate only once.
+    pub fn report(&self, permit: &Permit, feedback: &Classification, now: u64) -> Result<usize> {
+        self.check_route(permit.route)?;
+        Ok(self.feed_back(permit.route, feedback, Some(permit.acquired_at), now))
+    }
+
+    fn feed_back(&self, route: Route, feedback: &Classification, sent_at: Option<u64>, now: u64) -> usize {
         if feedback.limited {
             self.refusals.provider_rejected.fetch_add(1, Ordering::Relaxed);
         }
-        let cool_until = (feedback.kind == LimitKind::RateLimited).then(|| {
+        let rate_limited = feedback.kind == LimitKind::RateLimited;
+        let cool_until = rate_limited.then(|| {
             let wait_ms = feedback.retry_after_ms.or_else(|| feedback.reset_ms.get(&feedback.dimension).copied());
             now.saturating_add(wait_ms.unwrap_or(DEFAULT_COOLDOWN_MS).saturating_mul(1_000_000))
         });
         let named = feedback.dimension != LimitDimension::Unknown;
+        let adaptive = &self.registry.adaptive;
         let mut changed = 0;
         for &index in self.registry.route(route.id) {
             let scope = self.registry.get(index);
-            if !scope.provider {
-                continue;
-            }
-            for (limit, bucket) in scope.limits.iter().zip(scope.buckets.iter()) {
-                let remaining = feedback.remaining.iter().find(|(d, _)| reports_on(**d, limit)).map(|(_, &r)| r);
-                let cool = cool_until.filter(|_| !named || reports_on(feedback.dimension, limit));
-                changed += usize::from(limit.feed_back(bucket, remaining, cool, now));
+            let Some(adaptation) = scope.adaptation.as_deref() else { continue };
+            let reopened = match verdict(feedback) {
+                Some(true) => adaptation.breaker.succeeded(),
+                Some(false) => {
+                    adaptation.breaker.failed(adaptive, sent_at, now);
+                    false
+                }
+                None => false,
+            };
+            for (l, (limit, bucket)) in scope.limits.iter().zip(scope.buckets.iter()).enumerate() {
+                let pace = &adaptation.paces[l];
+                if reopened {
+                    pace.restart(adaptive, now);
+                }
+                let find = |map: &std::collections::BTreeMap<LimitDimension, u64>,
+                            f: fn(LimitDimension, &Limit) -> bool| {
+                    map.iter().find(|(d, _)| f(**d, limit)).map(|(_, &v)| v)
+                };
+                let cooled = cool_until.filter(|_| !named || reports_on(feedback.dimension, limit));
+                let word = ProviderWord {
+                    limit: find(&feedback.limit, states_amount_of),
+                    remaining: find(&feedback.remaining, reports_on),
+                    cool_until: cooled,
+                };
+                changed += usize::from(limit.feed_back(bucket, pace, word, now));
+                if cooled.is_some() {
+                    pace.decrease(adaptive, sent_at, now);
+                } else if let (Some(true), Some(window)) = (verdict(feedback), limit.window_ns) {
+                    pace.increase(adaptive, window, now);
+                }
             }
         }
-        Ok(changed)
+        changed
     }
 }

@@ -89,6 +89,11 @@ impl GcraParams {
         A::new(0)
     }
 
+    /// Time one unit takes to refill, in nanoseconds.
+    pub fn unit_ns(&self) -> f64 {
+        self.unit_ns_fixed as f64 / (1u64 << FRACTION_BITS) as f64
+    }
+
     /// Reserves `units` at `now`, or returns when the reservation would pass.
     /// `units` must not exceed the burst (checked by the caller as never-fits).
     #[inline]
@@ -96,7 +101,12 @@ impl GcraParams {
         if units == 0 {
             return Ok(());
         }
-        let increment = self.units_to_ns(units);
+        self.try_reserve_ns(tat, self.units_to_ns(units), now)
+    }
+
+    /// Reserves a charge already expressed as refill time (at most `tau`).
+    #[inline]
+    pub fn try_reserve_ns<A: AtomicWord>(&self, tat: &A, increment: u64, now: u64) -> Result<(), RetryAt> {
         update(tat, |current| {
             let next = current.max(now).saturating_add(increment);
             if next - now > self.tau_ns {
@@ -114,7 +124,12 @@ impl GcraParams {
         if units == 0 {
             return;
         }
-        let increment = self.units_to_ns(units);
+        self.rollback_ns(tat, self.units_to_ns(units));
+    }
+
+    /// Undoes a reservation of `increment` made by [`Self::try_reserve_ns`].
+    #[inline]
+    pub fn rollback_ns<A: AtomicWord>(&self, tat: &A, increment: u64) {
         let _ = update::<A, ()>(tat, |current| Ok(current.saturating_sub(increment)));
     }
 
@@ -126,7 +141,12 @@ impl GcraParams {
         if charged == actual {
             return;
         }
-        let (was, is) = (self.units_to_ns(charged), self.units_to_ns(actual));
+        self.adjust_ns(tat, self.units_to_ns(charged), self.units_to_ns(actual), now);
+    }
+
+    /// [`Self::adjust`] with both charges expressed as refill time.
+    #[inline]
+    pub fn adjust_ns<A: AtomicWord>(&self, tat: &A, was: u64, is: u64, now: u64) {
         let _ = update::<A, ()>(tat, |current| {
             if is > was {
                 Ok(current.max(now).saturating_add(is - was))
@@ -141,8 +161,21 @@ impl GcraParams {
     /// Takes the bucket down to at most `remaining` units at `now`: the
     /// provider reports less capacity than the bucket believes it has.
     pub fn lower_to<A: AtomicWord>(&self, tat: &A, remaining: u64, now: u64) {
-        let floor = now.saturating_add(self.tau_ns.saturating_sub(self.units_to_ns(remaining)));
+        self.lower_to_ns(tat, self.units_to_ns(remaining), now);
+    }
+
+    /// [`Self::lower_to`] with the remaining capacity as refill time.
+    pub fn lower_to_ns<A: AtomicWord>(&self, tat: &A, remaining_ns: u64, now: u64) {
+        let floor = now.saturating_add(self.tau_ns.saturating_sub(remaining_ns));
         let _ = update::<A, ()>(tat, |current| if current >= floor { Err(()) } else { Ok(floor) });
+    }
+
+    /// Sets the bucket to hold exactly `remaining_ns` of room at `now`, up or
+    /// down: the provider has just said what its pool holds, at a pace the
+    /// bucket's old timeline did not know.
+    pub fn set_room_ns<A: AtomicWord>(&self, tat: &A, remaining_ns: u64, now: u64) {
+        let next = now.saturating_add(self.tau_ns.saturating_sub(remaining_ns));
+        let _ = update::<A, ()>(tat, |current| if current == next { Err(()) } else { Ok(next) });
     }
 
     /// Empties the bucket and holds it empty until `until`, from which it
@@ -155,7 +188,16 @@ impl GcraParams {
     /// Units available at `now`: the most one request could take, by the
     /// same rounding as [`Self::try_reserve`]; negative while in debt.
     pub fn available<A: AtomicWord>(&self, tat: &A, now: u64) -> i64 {
-        let room = self.tau_ns as i128 - tat.load().saturating_sub(now) as i128;
+        self.units_in(self.room(tat, now))
+    }
+
+    /// Refill time the bucket has room for at `now`; negative while in debt.
+    pub fn room<A: AtomicWord>(&self, tat: &A, now: u64) -> i128 {
+        self.tau_ns as i128 - tat.load().saturating_sub(now) as i128
+    }
+
+    /// Units that `room` nanoseconds hold, by the rounding of every charge.
+    pub fn units_in(&self, room: i128) -> i64 {
         let units = (room << FRACTION_BITS).div_euclid(self.unit_ns_fixed as i128);
         if room <= 0 {
             return units.max(i64::MIN as i128) as i64;

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use strength_reduce::StrengthReducedU64;
 
 use super::gcra::{GcraParams, RetryAt};
+use super::pace::{Pace, Shape};
 use super::ring::{Added, Ring};
 use crate::dimension::{CostKind, Costs};
 use crate::Dimension;
@@ -35,7 +36,18 @@ pub(crate) struct Limit {
     pub burst: u64,
     /// Window length; `None` for concurrency.
     pub window_ns: Option<u64>,
+    /// Whether the config left the amount to the provider's `limit` headers
+    /// (a provider scope's token bucket); until they come, it admits one
+    /// request per window.
+    pub discovered: bool,
+    /// The safety margin applied to the amount (and to a discovered one).
+    pub margin: f64,
 }
+
+/// Charges made on provider scopes' paced buckets during one acquire, in
+/// order, so that a rollback takes back exactly what was taken even if the
+/// pace changes meanwhile.
+pub(crate) type PacedCharges = smallvec::SmallVec<[u64; 8]>;
 
 /// Lock-free state of one limit on one scope.
 #[derive(Debug)]
@@ -81,6 +93,17 @@ impl PartialEq for SlotWidth {
     fn eq(&self, other: &Self) -> bool {
         self.ns == other.ns
     }
+}
+
+/// What a provider said about one limit, for [`Limit::feed_back`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ProviderWord {
+    /// The limit's size per window.
+    pub limit: Option<u64>,
+    /// What is left of it.
+    pub remaining: Option<u64>,
+    /// Hold the bucket empty until then.
+    pub cool_until: Option<u64>,
 }
 
 /// Slot layout shared by every concurrency ring and the pending-permit books.
@@ -140,10 +163,29 @@ impl Limit {
 
     /// Reserves `cost` at `now`. A refusal carries the absolute time at which
     /// this limit would pass, or `None` when that depends on releases.
+    /// On a provider scope, `pace` sets what a token-bucket charge costs, and
+    /// the charge is pushed on `paced`.
     #[inline]
-    pub fn try_reserve(&self, bucket: &Bucket, cost: u64, now: u64, ttl: TtlSlots) -> Result<(), Option<u64>> {
+    pub fn try_reserve(
+        &self,
+        bucket: &Bucket,
+        cost: u64,
+        now: u64,
+        ttl: TtlSlots,
+        pace: Option<&Pace>,
+        paced: &mut PacedCharges,
+    ) -> Result<(), Option<u64>> {
         match (&self.rule, bucket) {
-            (Rule::TokenBucket(p), Bucket::Tat(tat)) => p.try_reserve(tat, cost, now).map_err(|RetryAt(at)| Some(at)),
+            (Rule::TokenBucket(p), Bucket::Tat(tat)) => match pace {
+                None => p.try_reserve(tat, cost, now).map_err(|RetryAt(at)| Some(at)),
+                Some(_) if cost == 0 => Ok(()),
+                Some(pace) => {
+                    let charge = pace.charge_ns(self.shape(p), cost);
+                    p.try_reserve_ns(tat, charge, now).map_err(|RetryAt(at)| Some(at))?;
+                    paced.push(charge);
+                    Ok(())
+                }
+            },
             (Rule::SlidingWindow { amount, slot, .. }, Bucket::Window(ring)) => {
                 if cost == 0 {
                     return Ok(());
@@ -163,11 +205,24 @@ impl Limit {
         }
     }
 
-    /// Undoes a successful [`Self::try_reserve`] made at `now`.
+    /// Undoes a successful [`Self::try_reserve`] made at `now`, popping a
+    /// paced charge where it pushed one.
     #[inline]
-    pub fn rollback(&self, bucket: &Bucket, cost: u64, now: u64, ttl: TtlSlots) {
+    pub fn rollback(
+        &self,
+        bucket: &Bucket,
+        cost: u64,
+        now: u64,
+        ttl: TtlSlots,
+        pace: Option<&Pace>,
+        paced: &mut PacedCharges,
+    ) {
         match (&self.rule, bucket) {
-            (Rule::TokenBucket(p), Bucket::Tat(tat)) => p.rollback(tat, cost),
+            (Rule::TokenBucket(p), Bucket::Tat(tat)) => match pace {
+                None => p.rollback(tat, cost),
+                Some(_) if cost == 0 => {}
+                Some(_) => p.rollback_ns(tat, paced.pop().expect("a paced reservation pushed its charge")),
+            },
             (Rule::SlidingWindow { slot, .. }, Bucket::Window(ring)) => {
                 ring.sub(slot.index(now), cost);
             }
@@ -182,10 +237,18 @@ impl Limit {
     /// at `now`: refunds the difference or debits the overage, as debt if
     /// need be. A sliding window books both in the admission's slot while it
     /// is in the window; overage after that goes to the current slot.
+    /// On a provider scope, an overage costs the current pace and a refund
+    /// gives back at the base pace (never more than was charged at a slower one).
     #[inline]
-    pub fn adjust(&self, bucket: &Bucket, charged: u64, actual: u64, acquired_at: u64, now: u64) {
+    pub fn adjust(&self, bucket: &Bucket, charged: u64, actual: u64, acquired_at: u64, now: u64, pace: Option<&Pace>) {
         match (&self.rule, bucket) {
-            (Rule::TokenBucket(p), Bucket::Tat(tat)) => p.adjust(tat, charged, actual, now),
+            (Rule::TokenBucket(p), Bucket::Tat(tat)) => match pace {
+                None => p.adjust(tat, charged, actual, now),
+                Some(pace) if actual > charged => {
+                    p.adjust_ns(tat, 0, pace.charge_ns(self.shape(p), actual - charged), now)
+                }
+                Some(pace) => p.adjust_ns(tat, pace.refund_ns(self.shape(p), charged - actual), 0, now),
+            },
             (Rule::SlidingWindow { slot, .. }, Bucket::Window(ring)) => {
                 adjust_window(ring, *slot, charged, actual, acquired_at, now)
             }
@@ -194,18 +257,40 @@ impl Limit {
         }
     }
 
-    /// Applies a provider's word to a token bucket: at most `remaining` left
-    /// now, and nothing until `cool_until`. Other rules have no timeline to
-    /// move and are left as they are. Returns whether it applied.
-    pub fn feed_back(&self, bucket: &Bucket, remaining: Option<u64>, cool_until: Option<u64>, now: u64) -> bool {
-        let (Rule::TokenBucket(p), Bucket::Tat(tat)) = (&self.rule, bucket) else { return false };
-        if let Some(remaining) = remaining {
-            p.lower_to(tat, remaining, now);
+    /// The shape a pace needs, for this limit's token-bucket parameters.
+    #[inline]
+    pub fn shape<'a>(&self, params: &'a GcraParams) -> Shape<'a> {
+        Shape {
+            params,
+            window_ns: self.window_ns.unwrap_or(1),
+            discovered: self.discovered,
+            amount: self.amount,
+            margin: self.margin,
         }
-        if let Some(until) = cool_until {
+    }
+
+    /// Applies a provider's word to a token bucket of a provider scope:
+    /// its own `limit` (discovery), at most `remaining` left now, and
+    /// nothing until `cool_until`. Other rules have no timeline to move and
+    /// are left as they are. Returns whether anything applied.
+    pub fn feed_back(&self, bucket: &Bucket, pace: &Pace, word: ProviderWord, now: u64) -> bool {
+        let (Rule::TokenBucket(p), Bucket::Tat(tat)) = (&self.rule, bucket) else { return false };
+        let shape = self.shape(p);
+        let discovered = word.limit.is_some_and(|limit| pace.discover(shape, limit));
+        if let Some(remaining) = word.remaining {
+            let room = pace.charge_ns(shape, remaining);
+            if discovered && self.discovered {
+                // The old timeline counted at a guessed pace: take the
+                // provider's count. (A configured limit is only ever lowered.)
+                p.set_room_ns(tat, room, now);
+            } else {
+                p.lower_to_ns(tat, room, now);
+            }
+        }
+        if let Some(until) = word.cool_until {
             p.cool_down(tat, until);
         }
-        remaining.is_some() || cool_until.is_some()
+        discovered || word.remaining.is_some() || word.cool_until.is_some()
     }
 
     /// Frees the concurrency slot taken in permit-TTL slot `ttl_slot`.
@@ -216,12 +301,19 @@ impl Limit {
         }
     }
 
-    /// What the bucket holds at `now`: `(available, in use)`.
-    pub fn usage_at(&self, bucket: &Bucket, now: u64, ttl: TtlSlots) -> (i64, u64) {
+    /// What the bucket holds at `now`: `(available, in use)`; on a provider
+    /// scope, at its pace, out of its effective burst.
+    pub fn usage_at(&self, bucket: &Bucket, now: u64, ttl: TtlSlots, pace: Option<&Pace>) -> (i64, u64) {
         match (&self.rule, bucket) {
             (Rule::TokenBucket(p), Bucket::Tat(tat)) => {
-                let available = p.available(tat, now);
-                (available, (p.burst() as i128 - available as i128).clamp(0, u64::MAX as i128) as u64)
+                let (available, burst) = match pace {
+                    None => (p.available(tat, now), p.burst() as i128),
+                    Some(pace) => {
+                        let shape = self.shape(p);
+                        (pace.units_in(shape, p.room(tat, now)), pace.units_in(shape, p.tau_ns() as i128) as i128)
+                    }
+                };
+                (available, (burst - available as i128).clamp(0, u64::MAX as i128) as u64)
             }
             (Rule::SlidingWindow { amount, slot, .. }, Bucket::Window(ring)) => {
                 let used = ring.live_sum(slot.index(now));

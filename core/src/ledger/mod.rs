@@ -3,9 +3,11 @@
 //! nothing here reads a clock, sleeps or takes a lock.
 
 pub mod atomic;
+pub(crate) mod breaker;
 mod feedback;
 pub mod gcra;
 pub(crate) mod limit;
+pub(crate) mod pace;
 mod pending;
 pub(crate) mod permit;
 pub(crate) mod registry;
@@ -14,7 +16,8 @@ pub mod ring;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use limit::{Limit, TtlSlots};
+use breaker::Gate;
+use limit::{Limit, PacedCharges, TtlSlots};
 use pending::Pending;
 use permit::{Permit, PermitState, Request, Route};
 use registry::{Registry, Scope, ScopeId, ScopeIndex, ScopeList};
@@ -31,6 +34,8 @@ struct Refusals {
     never_fits: AtomicU64,
     /// Admitted here, then refused by the provider (see [`Ledger::observe`]).
     provider_rejected: AtomicU64,
+    /// Refused because a provider scope's breaker was open.
+    circuit_open: AtomicU64,
 }
 
 /// Tags told apart the routes, scopes and permits of different ledgers.
@@ -62,7 +67,7 @@ impl Ledger {
         Ok(Ledger {
             reserves_expected_output,
             tag: NEXT_TAG.fetch_add(1, Ordering::Relaxed),
-            registry: Registry::new(compiled.configured, compiled.templates),
+            registry: Registry::new(compiled.configured, compiled.templates, compiled.adaptive),
             ttl: TtlSlots::new(compiled.permit_ttl_ns),
             pending: Pending::default(),
             refusals: Refusals::default(),
@@ -143,7 +148,8 @@ impl Ledger {
     }
 
     /// Reserves every limit of every scope on the request's route at `now`,
-    /// or nothing.
+    /// or nothing. A provider scope whose breaker is open refuses with
+    /// [`Error::CircuitOpen`]; after its pause, one request goes as the probe.
     pub fn try_acquire(&self, request: &Request, now: u64) -> Result<Permit> {
         self.check_route(request.route)?;
         let estimate = request.estimate();
@@ -151,17 +157,35 @@ impl Ledger {
         let expected_output = request.expected_output();
         let costs = Costs::of(&estimate, expected_output);
         let scopes = self.registry.route(request.route.id);
+        let mut paced = PacedCharges::new();
+        let mut probes = false;
         for (s, &id) in scopes.iter().enumerate() {
             let scope = self.registry.get(id);
+            if let Some(adaptation) = scope.adaptation.as_deref() {
+                match adaptation.breaker.gate(now) {
+                    Gate::Closed => {}
+                    Gate::Probe(_) => probes = true,
+                    Gate::Open(until) => {
+                        self.rollback(scopes, s, 0, &costs, now, &mut paced);
+                        return Err(self.circuit_open(scope, until, now));
+                    }
+                }
+            }
             for (l, (limit, bucket)) in scope.limits.iter().zip(scope.buckets.iter()).enumerate() {
                 let cost = limit.cost(&costs);
-                let refused =
-                    if cost > limit.burst { Err(None) } else { limit.try_reserve(bucket, cost, now, self.ttl) };
+                let refused = if cost > limit.burst {
+                    Err(None)
+                } else {
+                    limit.try_reserve(bucket, cost, now, self.ttl, scope.pace(l), &mut paced)
+                };
                 if let Err(retry_at) = refused {
-                    self.rollback(scopes, s, l, &costs, now);
+                    self.rollback(scopes, s, l, &costs, now, &mut paced);
                     return Err(self.refusal(scopes, &costs, scope, limit, retry_at, now));
                 }
             }
+        }
+        if probes {
+            self.claim_probes(scopes, &costs, now, &mut paced)?;
         }
         let index = self.ttl.index(now);
         self.pending.admitted(index);
@@ -176,6 +200,43 @@ impl Ledger {
             expires_at: self.ttl.expires_at(index),
             state: PermitState::Pending,
         })
+    }
+
+    /// A fully reserved request on a route with breakers whose pause is
+    /// over goes as their probe, if it claims every one first; otherwise it
+    /// takes nothing and waits for the probes out.
+    #[cold]
+    fn claim_probes(&self, scopes: &[ScopeIndex], costs: &Costs, now: u64, paced: &mut PacedCharges) -> Result<()> {
+        let adaptive = &self.registry.adaptive;
+        let mut claimed: ScopeList = ScopeList::new();
+        for &id in scopes {
+            let scope = self.registry.get(id);
+            let Some(adaptation) = scope.adaptation.as_deref() else { continue };
+            match adaptation.breaker.gate(now) {
+                Gate::Closed => continue,
+                Gate::Probe(until) if adaptation.breaker.claim_probe(adaptive, until, now) => claimed.push(id),
+                Gate::Probe(until) | Gate::Open(until) => {
+                    for &taken in &claimed {
+                        let breaker = &self.registry.get(taken).adaptation.as_deref().expect("claimed").breaker;
+                        breaker.release_probe(adaptive, until, now);
+                    }
+                    let last = scopes.len() - 1;
+                    self.rollback(scopes, last, self.registry.get(scopes[last]).limits.len(), costs, now, paced);
+                    let until = match adaptation.breaker.gate(now) {
+                        Gate::Open(until) => until,
+                        _ => now,
+                    };
+                    return Err(self.circuit_open(scope, until, now));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn circuit_open(&self, scope: &Scope, until: u64, now: u64) -> Error {
+        self.refusals.circuit_open.fetch_add(1, Ordering::Relaxed);
+        Error::CircuitOpen { scope: scope.path.clone(), retry_after: Duration::from_nanos(until.saturating_sub(now)) }
     }
 
     /// The error for a refused request. A cost above any limit's burst can
@@ -209,12 +270,14 @@ impl Ledger {
 
     /// Undoes, in reverse order, every reservation made before limit `l` of scope `s`.
     #[cold]
-    fn rollback(&self, scopes: &[ScopeIndex], s: usize, l: usize, costs: &Costs, now: u64) {
+    fn rollback(&self, scopes: &[ScopeIndex], s: usize, l: usize, costs: &Costs, now: u64, paced: &mut PacedCharges) {
         for (i, &id) in scopes[..=s].iter().enumerate().rev() {
             let scope = self.registry.get(id);
             let reserved = if i == s { l } else { scope.limits.len() };
-            for (limit, bucket) in scope.limits[..reserved].iter().zip(&scope.buckets[..reserved]).rev() {
-                limit.rollback(bucket, limit.cost(costs), now, self.ttl);
+            for (j, (limit, bucket)) in
+                scope.limits[..reserved].iter().zip(&scope.buckets[..reserved]).enumerate().rev()
+            {
+                limit.rollback(bucket, limit.cost(costs), now, self.ttl, scope.pace(j), paced);
             }
         }
     }
@@ -248,9 +311,9 @@ impl Ledger {
         let raised = Usage { output_tokens: output.max(streamed), ..permit.charged };
         let raised_expected = expected.max(streamed);
         let (was, is) = (Costs::of(&permit.charged, expected), Costs::of(&raised, raised_expected));
-        self.for_each_limit(permit, |limit, bucket| {
+        self.for_each_limit(permit, |limit, bucket, pace| {
             if limit.cost_kind.counts_output() && limit.cost(&was) != limit.cost(&is) {
-                limit.adjust(bucket, limit.cost(&was), limit.cost(&is), permit.acquired_at, now);
+                limit.adjust(bucket, limit.cost(&was), limit.cost(&is), permit.acquired_at, now, pace);
             }
         });
         (permit.charged, permit.charged_expected_output) = (raised, raised_expected);
@@ -278,11 +341,11 @@ impl Ledger {
         self.check_pending(permit, now)?;
         let charged = Costs::of(&permit.charged, permit.charged_expected_output);
         let actual = actual.map_or(Costs::NONE, Costs::actual);
-        self.for_each_limit(permit, |limit, bucket| {
+        self.for_each_limit(permit, |limit, bucket, pace| {
             if limit.dimension == crate::Dimension::Concurrency {
                 limit.release(bucket, permit.ttl_slot);
             } else if limit.cost(&charged) != limit.cost(&actual) {
-                limit.adjust(bucket, limit.cost(&charged), limit.cost(&actual), permit.acquired_at, now);
+                limit.adjust(bucket, limit.cost(&charged), limit.cost(&actual), permit.acquired_at, now, pace);
             }
         });
         self.pending.finished(permit.ttl_slot);
@@ -291,11 +354,11 @@ impl Ledger {
     }
 
     #[inline]
-    fn for_each_limit(&self, permit: &Permit, mut f: impl FnMut(&Limit, &limit::Bucket)) {
+    fn for_each_limit(&self, permit: &Permit, mut f: impl FnMut(&Limit, &limit::Bucket, Option<&pace::Pace>)) {
         for &id in self.registry.route(permit.route.id) {
             let scope: &Scope = self.registry.get(id);
-            for (limit, bucket) in scope.limits.iter().zip(scope.buckets.iter()) {
-                f(limit, bucket);
+            for (l, (limit, bucket)) in scope.limits.iter().zip(scope.buckets.iter()).enumerate() {
+                f(limit, bucket, scope.pace(l));
             }
         }
     }
@@ -319,16 +382,27 @@ impl Ledger {
         self.ttl
     }
 
-    /// `(admitted, rate_limited, never_fits, expired, provider_rejected)` as of `now`.
-    pub(crate) fn counts(&self, now: u64) -> (u64, u64, u64, u64, u64) {
-        (
-            self.pending.admitted_count(),
-            self.refusals.rate_limited.load(Ordering::Relaxed),
-            self.refusals.never_fits.load(Ordering::Relaxed),
-            self.pending.expired_count(self.ttl.index(now)),
-            self.refusals.provider_rejected.load(Ordering::Relaxed),
-        )
+    /// The admission counters as of `now`.
+    pub(crate) fn counts(&self, now: u64) -> Counts {
+        Counts {
+            admitted: self.pending.admitted_count(),
+            rate_limited: self.refusals.rate_limited.load(Ordering::Relaxed),
+            never_fits: self.refusals.never_fits.load(Ordering::Relaxed),
+            circuit_open: self.refusals.circuit_open.load(Ordering::Relaxed),
+            expired: self.pending.expired_count(self.ttl.index(now)),
+            provider_rejected: self.refusals.provider_rejected.load(Ordering::Relaxed),
+        }
     }
+}
+
+/// The admission counters, for snapshots.
+pub(crate) struct Counts {
+    pub admitted: u64,
+    pub rate_limited: u64,
+    pub never_fits: u64,
+    pub circuit_open: u64,
+    pub expired: u64,
+    pub provider_rejected: u64,
 }
 
 /// The error for a handle made by another ledger.

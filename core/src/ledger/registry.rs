@@ -5,7 +5,10 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use super::breaker::Breaker;
 use super::limit::{Bucket, Limit};
+use super::pace::{start_rate, Pace};
+use crate::config::adaptive::Adaptive;
 use crate::{Error, Result};
 
 /// A scope's position in its registry.
@@ -30,6 +33,24 @@ pub(crate) struct Scope {
     pub buckets: Box<[Bucket]>,
     /// A provider's pool: its answers are fed back into these limits.
     pub provider: bool,
+    /// A provider scope's breaker and paces; `None` for llmgov's own budgets.
+    pub adaptation: Option<Box<Adaptation>>,
+}
+
+/// What a provider scope learns from the provider's answers.
+#[derive(Debug)]
+pub(crate) struct Adaptation {
+    pub breaker: Breaker,
+    /// `paces[i]` is the pace of `limits[i]` (used by token buckets only).
+    pub paces: Box<[Pace]>,
+}
+
+impl Scope {
+    /// The pace of limit `i`, on a provider scope.
+    #[inline]
+    pub fn pace(&self, i: usize) -> Option<&Pace> {
+        self.adaptation.as_deref().map(|a| &a.paces[i])
+    }
 }
 
 /// A template path with `*` segments and the limits its scopes get.
@@ -78,6 +99,8 @@ pub(crate) struct Registry {
     /// Routes by id: a permit keeps a 4-byte id instead of a copy of its scopes.
     routes: boxcar::Vec<RouteEntry>,
     route_ids: papaya::HashMap<Box<[ScopeIndex]>, RouteId>,
+    /// How provider scopes adapt.
+    pub adaptive: Adaptive,
 }
 
 /// Scope ids on a route, small enough to live inline for typical depths.
@@ -85,7 +108,11 @@ pub(crate) type ScopeList = SmallVec<[ScopeIndex; 8]>;
 
 impl Registry {
     /// A registry of the configured scopes (instantiated now) and templates.
-    pub fn new(configured: Vec<(String, Arc<[Limit]>, bool)>, mut templates: Vec<Template>) -> Self {
+    pub fn new(
+        configured: Vec<(String, Arc<[Limit]>, bool)>,
+        mut templates: Vec<Template>,
+        adaptive: Adaptive,
+    ) -> Self {
         templates.sort_by_key(|t| std::cmp::Reverse(t.specificity()));
         let registry = Registry {
             by_path: papaya::HashMap::new(),
@@ -93,6 +120,7 @@ impl Registry {
             templates,
             routes: boxcar::Vec::new(),
             route_ids: papaya::HashMap::new(),
+            adaptive,
         };
         for (path, limits, provider) in configured {
             registry.instantiate(&path, limits, provider);
@@ -163,7 +191,12 @@ impl Registry {
         }
         let path: Arc<str> = Arc::from(path);
         let buckets = limits.iter().map(Limit::new_bucket).collect();
-        let index = self.scopes.push(Scope { path: path.clone(), limits, buckets, provider });
+        let adaptation = provider.then(|| {
+            let rate = start_rate(&self.adaptive);
+            let paces = limits.iter().map(|_| Pace::new(rate, 0)).collect();
+            Box::new(Adaptation { breaker: Breaker::default(), paces })
+        });
+        let index = self.scopes.push(Scope { path: path.clone(), limits, buckets, provider, adaptation });
         let id = ScopeIndex(u32::try_from(index).expect("more than 4 billion scopes"));
         // Two threads may instantiate the same path at once; the loser's scope
         // stays unreachable, and both use the winner's id.

@@ -1,0 +1,132 @@
+//! The circuit breaker of one provider scope: consecutive failures (429s,
+//! 5xx, 529) open it for escalating pauses; then one probe goes through,
+//! and its success closes it.
+//!
+//! `try_acquire` reads one atomic word (`open_until`, 0 while closed) and,
+//! after a pause, races to claim the probe with one compare-and-swap. The
+//! rest changes only on feedback, with plain atomics: a breaker is a
+//! heuristic, and two failures racing may at worst open it twice.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use crate::config::adaptive::Adaptive;
+
+/// What the breaker says to a request at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gate {
+    /// Closed: go.
+    Closed,
+    /// Open until this time.
+    Open(u64),
+    /// The pause that ended at this time is over: the request may go as the
+    /// probe, if it claims it first.
+    Probe(u64),
+}
+
+/// One provider scope's breaker.
+#[derive(Debug, Default)]
+pub(crate) struct Breaker {
+    /// 0 while closed; otherwise when the pause (or the probe's hold) ends.
+    open_until: AtomicU64,
+    /// When it last opened: failures of requests sent before are old news.
+    opened_at: AtomicU64,
+    /// Consecutive failures while closed.
+    failures: AtomicU32,
+    /// Times opened in a row, choosing the next pause.
+    level: AtomicU32,
+    /// Whether a probe is out.
+    probing: AtomicBool,
+}
+
+/// The breaker's state, for snapshots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    Closed,
+    Open,
+    HalfOpen,
+}
+
+impl Breaker {
+    #[inline]
+    pub fn gate(&self, now: u64) -> Gate {
+        match self.open_until.load(Ordering::Acquire) {
+            0 => Gate::Closed,
+            until if now < until => Gate::Open(until),
+            until => Gate::Probe(until),
+        }
+    }
+
+    /// Claims the probe after the pause that ended at `until`, holding the
+    /// breaker shut for the others until the probe answers or the current
+    /// pause passes again (a probe lost without an answer is replaced).
+    pub fn claim_probe(&self, adaptive: &Adaptive, until: u64, now: u64) -> bool {
+        let hold = now.saturating_add(self.pause(adaptive)).max(1);
+        let claimed = self.open_until.compare_exchange(until, hold, Ordering::AcqRel, Ordering::Acquire).is_ok();
+        if claimed {
+            self.probing.store(true, Ordering::Release);
+        }
+        claimed
+    }
+
+    /// Gives back a probe claimed at `until` whose request was refused
+    /// locally by another limit, so that the next request may probe.
+    pub fn release_probe(&self, adaptive: &Adaptive, until: u64, now: u64) {
+        let hold = now.saturating_add(self.pause(adaptive)).max(1);
+        if self.open_until.compare_exchange(hold, until, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            self.probing.store(false, Ordering::Release);
+        }
+    }
+
+    fn pause(&self, adaptive: &Adaptive) -> u64 {
+        let level = self.level.load(Ordering::Relaxed) as usize;
+        adaptive.pauses_ns[level.min(adaptive.pauses_ns.len() - 1)]
+    }
+
+    /// A failure of a request sent at `sent_at` (`None`: unknown). Returns
+    /// whether the breaker opened (or reopened after a failed probe).
+    pub fn failed(&self, adaptive: &Adaptive, sent_at: Option<u64>, now: u64) -> bool {
+        if self.open_until.load(Ordering::Acquire) == 0 {
+            let failures = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
+            if failures < adaptive.failures {
+                return false;
+            }
+            self.level.store(0, Ordering::Relaxed);
+            return self.open(adaptive, now);
+        }
+        // Open: only the probe's failure is news.
+        let after_opening = sent_at.is_none_or(|sent| sent >= self.opened_at.load(Ordering::Acquire));
+        if !(after_opening && self.probing.swap(false, Ordering::AcqRel)) {
+            return false;
+        }
+        let level = self.level.load(Ordering::Relaxed).saturating_add(1);
+        self.level.store(level, Ordering::Relaxed);
+        self.open(adaptive, now)
+    }
+
+    fn open(&self, adaptive: &Adaptive, now: u64) -> bool {
+        self.opened_at.store(now, Ordering::Release);
+        self.failures.store(0, Ordering::Relaxed);
+        self.open_until.store(now.saturating_add(self.pause(adaptive)).max(1), Ordering::Release);
+        true
+    }
+
+    /// A success. Returns whether it closed the breaker (the probe's answer).
+    pub fn succeeded(&self) -> bool {
+        self.failures.store(0, Ordering::Relaxed);
+        if !self.probing.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        self.level.store(0, Ordering::Relaxed);
+        self.open_until.store(0, Ordering::Release);
+        true
+    }
+
+    pub fn state(&self, now: u64) -> State {
+        match self.gate(now) {
+            Gate::Closed => State::Closed,
+            Gate::Open(_) if self.probing.load(Ordering::Acquire) => State::HalfOpen,
+            Gate::Open(_) => State::Open,
+            Gate::Probe(_) => State::HalfOpen,
+        }
+    }
+}

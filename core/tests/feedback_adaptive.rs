@@ -1,0 +1,283 @@
+//! Provider scopes adapt to the provider's answers: AIMD on 429s, limits
+//! discovered from `limit` headers, slow start, and the circuit breaker.
+//! All on the manual clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use llmgov::{
+    classify_response, Config, Dimension, Error, Governor, ManualClock, Permit, ProviderHint, Request, Route,
+};
+use serde_json::{json, Value};
+
+const NOW_UNIX_MS: u64 = 1_767_225_600_000;
+const RATE_LIMITED_TOKENS: &[u8] =
+    br#"{"error":{"message":"Rate limit reached for tokens","type":"tokens","code":"rate_limit_exceeded"}}"#;
+
+fn gov_with(config: Value) -> (Governor, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::new(0));
+    (Governor::with_clock(&Config::from_value(config).unwrap(), clock.clone()).unwrap(), clock)
+}
+
+/// A provider scope of 600 tokens a minute (one per 100 ms), and plenty of requests.
+fn tokens_600(adaptive: Value) -> (Governor, Arc<ManualClock>, Route) {
+    let (gov, clock) = gov_with(json!({
+        "adaptive": adaptive,
+        "scopes": {"openai/org": {"provider": true, "limits": [
+            {"dimension": "requests", "amount": 6000, "window": "1m"},
+            {"dimension": "tokens", "amount": 600, "window": "1m"},
+        ]}},
+    }));
+    let route = gov.route(&["openai/org"]).unwrap();
+    (gov, clock, route)
+}
+
+fn limit(gov: &Governor, path: &str, dimension: Dimension) -> llmgov::LimitSnapshot {
+    let snapshot = gov.scope_snapshot(gov.scope_id(path).unwrap()).unwrap();
+    snapshot.limit(dimension).unwrap().clone()
+}
+
+fn effective(gov: &Governor, dimension: Dimension) -> u64 {
+    limit(gov, "openai/org", dimension).effective_amount.expect("a provider scope's bucket has one")
+}
+
+fn answer(gov: &Governor, permit: &Permit, status: u16, headers: &[(&str, &str)], body: &[u8]) {
+    gov.report_classified(permit, &classify_response(status, headers, body, ProviderHint::OpenAi, NOW_UNIX_MS))
+        .unwrap();
+}
+
+fn take(gov: &Governor, route: Route, tokens: u64) -> Permit {
+    gov.try_acquire(&Request::new(route).input_tokens(tokens)).unwrap()
+}
+
+#[test]
+fn a_429_multiplies_the_rate_by_beta_once_per_overload() {
+    let (gov, clock, route) = tokens_600(json!({}));
+    let early = take(&gov, route, 10);
+    let also_early = take(&gov, route, 10);
+    assert_eq!(effective(&gov, Dimension::Tokens), 600);
+    answer(&gov, &early, 429, &[("retry-after", "1")], RATE_LIMITED_TOKENS);
+    assert_eq!(effective(&gov, Dimension::Tokens), 420, "600 × 0.7");
+    assert_eq!(effective(&gov, Dimension::Requests), 6000, "the 429 named tokens");
+    // Sent before the decrease: the same overload, not news.
+    answer(&gov, &also_early, 429, &[("retry-after", "1")], RATE_LIMITED_TOKENS);
+    assert_eq!(effective(&gov, Dimension::Tokens), 420);
+    clock.advance(Duration::from_secs(2));
+    let late = take(&gov, route, 1);
+    answer(&gov, &late, 429, &[("retry-after", "1")], RATE_LIMITED_TOKENS);
+    assert_eq!(effective(&gov, Dimension::Tokens), 294, "420 × 0.7: sent after the first decrease");
+}
+
+#[test]
+fn the_slower_rate_refills_slower_and_holds_less() {
+    let (gov, clock, route) = tokens_600(json!({"decrease": 0.5}));
+    let permit = take(&gov, route, 1);
+    answer(&gov, &permit, 429, &[("retry-after", "6")], RATE_LIMITED_TOKENS);
+    clock.advance(Duration::from_secs(6));
+    assert_eq!(limit(&gov, "openai/org", Dimension::Tokens).available, 0, "empty as the cooldown ends");
+    clock.advance(Duration::from_secs(6));
+    assert_eq!(limit(&gov, "openai/org", Dimension::Tokens).available, 30, "6 s at 300/min, not 60 at 600/min");
+    clock.advance(Duration::from_secs(600));
+    assert_eq!(limit(&gov, "openai/org", Dimension::Tokens).available, 300, "the burst shrinks with the rate");
+    assert!(
+        gov.try_acquire(&Request::new(route).input_tokens(600)).is_ok(),
+        "a request of the configured burst still fits"
+    );
+}
+
+#[test]
+fn successes_add_a_step_back_per_window_up_to_the_limit() {
+    let (gov, clock, route) = tokens_600(json!({"decrease": 0.5, "increase": 0.1}));
+    let permit = take(&gov, route, 1);
+    answer(&gov, &permit, 429, &[("retry-after", "1")], RATE_LIMITED_TOKENS);
+    assert_eq!(effective(&gov, Dimension::Tokens), 300);
+    let ok = take(&gov, route, 0);
+    answer(&gov, &ok, 200, &[], b"{}");
+    assert_eq!(effective(&gov, Dimension::Tokens), 300, "no step within the window of the decrease");
+    for (minute, expected) in [(1, 360), (2, 420), (3, 480), (4, 540), (5, 600), (6, 600)] {
+        clock.advance(Duration::from_secs(60));
+        answer(&gov, &ok, 200, &[], b"{}");
+        answer(&gov, &ok, 200, &[], b"{}");
+        assert_eq!(effective(&gov, Dimension::Tokens), expected, "minute {minute}: one step per window");
+    }
+}
+
+#[test]
+fn a_limit_left_unset_is_discovered_from_the_headers() {
+    let (gov, clock) = gov_with(json!({"scopes": {"openai/org": {"provider": true, "limits": [
+        {"dimension": "requests", "window": "1m"},
+        {"dimension": "tokens", "window": "1m"},
+    ]}}}));
+    let route = gov.route(&["openai/org"]).unwrap();
+    assert_eq!(effective(&gov, Dimension::Tokens), 0, "unknown yet");
+    let probe = take(&gov, route, 5000);
+    let second = gov.try_acquire(&Request::new(route).input_tokens(1)).unwrap_err();
+    assert!(matches!(second, Error::RateLimited { .. }), "one request per window until the provider says: {second}");
+    clock.advance(Duration::from_secs(3));
+    let headers = [
+        ("x-ratelimit-limit-tokens", "30000"),
+        ("x-ratelimit-remaining-tokens", "25000"),
+        ("x-ratelimit-limit-requests", "500"),
+        ("x-ratelimit-remaining-requests", "499"),
+    ];
+    answer(&gov, &probe, 200, &headers, b"{}");
+    assert_eq!(effective(&gov, Dimension::Tokens), 30000);
+    assert_eq!(effective(&gov, Dimension::Requests), 500);
+    assert_eq!(limit(&gov, "openai/org", Dimension::Tokens).available, 25000, "the provider's count, not our guess");
+    assert_eq!(limit(&gov, "openai/org", Dimension::Requests).available, 499);
+    assert!(gov.try_acquire(&Request::new(route).input_tokens(25000)).is_ok());
+    assert!(gov.try_acquire(&Request::new(route).input_tokens(1)).is_err());
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(limit(&gov, "openai/org", Dimension::Tokens).available, 500, "refilling at 30000 a minute");
+}
+
+#[test]
+fn a_provider_limit_lower_than_configured_wins_and_a_higher_one_does_not() {
+    let (gov, _clock, route) = tokens_600(json!({}));
+    let permit = take(&gov, route, 0);
+    answer(&gov, &permit, 200, &[("x-ratelimit-limit-tokens", "300")], b"{}");
+    assert_eq!(effective(&gov, Dimension::Tokens), 300);
+    answer(&gov, &permit, 200, &[("x-ratelimit-limit-tokens", "900")], b"{}");
+    assert_eq!(effective(&gov, Dimension::Tokens), 600, "never above the configured limit");
+}
+
+#[test]
+fn discovery_applies_the_safety_margin_and_needs_matching_windows() {
+    let (gov, _clock) = gov_with(json!({"safety_margin": 0.5, "scopes": {"openai/org": {"provider": true, "limits": [
+        {"dimension": "tokens", "window": "1m"},
+        {"dimension": "tokens", "window": "1d"},
+    ]}}}));
+    let route = gov.route(&["openai/org"]).unwrap();
+    let permit = take(&gov, route, 1);
+    answer(&gov, &permit, 200, &[("x-ratelimit-limit-tokens", "1000")], b"{}");
+    let snapshot = gov.scope_snapshot(gov.scope_id("openai/org").unwrap()).unwrap();
+    assert_eq!(snapshot.limits[0].effective_amount, Some(500), "1000 × 0.5");
+    assert_eq!(snapshot.limits[1].effective_amount, Some(0), "a per-minute header says nothing of a day");
+}
+
+#[test]
+fn a_ramp_starts_low_and_grows_a_step_a_minute_with_successes() {
+    let (gov, clock, route) = tokens_600(json!({"ramp": {"start": 0.25, "step": 0.25}, "increase": 0.5}));
+    assert_eq!(effective(&gov, Dimension::Tokens), 150);
+    assert_eq!(limit(&gov, "openai/org", Dimension::Tokens).available, 150, "the first burst is a quarter");
+    let ok = take(&gov, route, 0);
+    for expected in [300, 450, 600, 600] {
+        clock.advance(Duration::from_secs(60));
+        answer(&gov, &ok, 200, &[], b"{}");
+        assert_eq!(effective(&gov, Dimension::Tokens), expected, "the ramp's step caps AIMD's larger one");
+    }
+    clock.advance(Duration::from_secs(600));
+    assert_eq!(effective(&gov, Dimension::Tokens), 600, "growth needs successes, not just time");
+}
+
+fn breaker_gov() -> (Governor, Arc<ManualClock>, Route) {
+    let (gov, clock) = gov_with(json!({
+        "adaptive": {"breaker": {"failures": 3, "pauses": ["30s", "2m"]}, "ramp": {"start": 0.5, "step": 0.5}},
+        "scopes": {
+            "openai/org": {"provider": true, "limits": [{"dimension": "requests", "amount": 6000, "window": "1m"}]},
+            "tenants/*": {"limits": [{"dimension": "requests", "amount": 6000, "window": "1m"}]},
+        },
+    }));
+    let route = gov.route(&["tenants/a", "openai/org"]).unwrap();
+    (gov, clock, route)
+}
+
+fn circuit_open(result: Result<Permit, Error>) -> Duration {
+    match result {
+        Err(Error::CircuitOpen { scope, retry_after, .. }) => {
+            assert_eq!(&*scope, "openai/org");
+            retry_after
+        }
+        other => panic!("expected an open circuit, got {other:?}"),
+    }
+}
+
+#[test]
+fn consecutive_failures_open_the_breaker_and_a_probe_closes_it() {
+    let (gov, clock, route) = breaker_gov();
+    let request = Request::new(route);
+    let permits: Vec<Permit> = (0..4).map(|_| gov.try_acquire(&request).unwrap()).collect();
+    answer(&gov, &permits[0], 500, &[], b"{}");
+    answer(&gov, &permits[1], 200, &[], b"{}");
+    answer(&gov, &permits[2], 503, &[], b"{}");
+    answer(&gov, &permits[3], 500, &[], b"{}");
+    assert!(gov.try_acquire(&request).is_ok(), "a success between failures resets the count");
+    let tenant_before = limit(&gov, "tenants/a", Dimension::Requests).available;
+    answer(&gov, &permits[3], 529, &[], b"{}");
+    assert_eq!(circuit_open(gov.try_acquire(&request)), Duration::from_secs(30));
+    assert_eq!(limit(&gov, "tenants/a", Dimension::Requests).available, tenant_before, "nothing reserved anywhere");
+    assert_eq!(gov.snapshot().circuit_open, 1);
+    assert_eq!(gov.scope_snapshot(gov.scope_id("openai/org").unwrap()).unwrap().breaker, Some("open"));
+
+    clock.advance(Duration::from_secs(30));
+    let probe = gov.try_acquire(&request).expect("the pause is over: one probe goes");
+    assert_eq!(circuit_open(gov.try_acquire(&request)), Duration::from_secs(30), "only one probe at a time");
+    answer(&gov, &probe, 500, &[], b"{}");
+    assert_eq!(circuit_open(gov.try_acquire(&request)), Duration::from_secs(120), "the next pause is longer");
+
+    clock.advance(Duration::from_secs(120));
+    let probe = gov.try_acquire(&request).unwrap();
+    answer(&gov, &probe, 200, &[], b"{}");
+    assert_eq!(gov.scope_snapshot(gov.scope_id("openai/org").unwrap()).unwrap().breaker, Some("closed"));
+    assert!(gov.try_acquire(&request).is_ok());
+    assert_eq!(effective(&gov, Dimension::Requests), 3000, "a reopened deployment ramps from the start");
+}
+
+#[test]
+fn a_lost_probe_is_replaced_after_a_pause() {
+    let (gov, clock, route) = breaker_gov();
+    let request = Request::new(route);
+    let permit = gov.try_acquire(&request).unwrap();
+    for _ in 0..3 {
+        answer(&gov, &permit, 500, &[], b"{}");
+    }
+    clock.advance(Duration::from_secs(30));
+    let _lost = gov.try_acquire(&request).unwrap();
+    clock.advance(Duration::from_secs(29));
+    assert!(gov.try_acquire(&request).is_err());
+    clock.advance(Duration::from_secs(1));
+    assert!(gov.try_acquire(&request).is_ok(), "a probe that never answers does not hold the breaker forever");
+}
+
+#[test]
+fn too_large_and_client_errors_do_not_trip_the_breaker() {
+    let (gov, _clock, route) = breaker_gov();
+    let request = Request::new(route);
+    let permit = gov.try_acquire(&request).unwrap();
+    for _ in 0..5 {
+        answer(&gov, &permit, 413, &[], b"{}");
+    }
+    assert!(gov.try_acquire(&request).is_ok());
+}
+
+#[test]
+fn adaptive_config_errors_name_the_field_and_value() {
+    let bad = |config: Value, field: &str, value: &str| {
+        let err = Config::from_value(config).unwrap().validate().unwrap_err();
+        match &err {
+            Error::InvalidConfig { field: f, value: v, .. } => {
+                assert_eq!((f.as_str(), v.as_str()), (field, value), "{err}")
+            }
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    };
+    let scope = json!({"provider": true, "limits": [{"dimension": "tokens", "amount": 10, "window": "1m"}]});
+    bad(json!({"adaptive": {"decrease": 1.0}, "scopes": {"p": scope}}), "adaptive.decrease", "1");
+    bad(json!({"adaptive": {"ramp": {"start": 0, "step": 0.1}}, "scopes": {"p": scope}}), "adaptive.ramp.start", "0");
+    bad(json!({"adaptive": {"breaker": {"pauses": []}}, "scopes": {"p": scope}}), "adaptive.breaker.pauses", "[]");
+    bad(
+        json!({"adaptive": {"breaker": {"pauses": ["soon"]}}, "scopes": {"p": scope}}),
+        "adaptive.breaker.pauses[0]",
+        "soon",
+    );
+    bad(
+        json!({"scopes": {"own": {"limits": [{"dimension": "tokens", "window": "1m"}]}}}),
+        "scopes.own.limits[0].amount",
+        "",
+    );
+    bad(
+        json!({"scopes": {"p": {"provider": true, "limits": [{"dimension": "concurrency"}]}}}),
+        "scopes.p.limits[0].amount",
+        "",
+    );
+}
