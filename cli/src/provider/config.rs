@@ -155,6 +155,10 @@ pub struct ChaosConfig {
     /// Every request is refused for billing: 429 `insufficient_quota`.
     #[serde(default)]
     pub quota_exhausted: bool,
+    /// Every limit starts used up, as if other traffic had just drained
+    /// the pool: the first requests meet an exhausted limit.
+    #[serde(default)]
+    pub start_exhausted: bool,
 }
 
 /// A provider as the simulator and the mock server model it.

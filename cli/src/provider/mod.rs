@@ -135,10 +135,13 @@ impl Provider {
     }
 
     fn pool(&mut self, name: &str) -> &mut PoolState {
-        let (limits, scale) = (&self.limits, self.scale);
+        let (limits, scale, exhausted) = (&self.limits, self.scale, self.config.chaos.start_exhausted);
         self.pools.entry(name.to_owned()).or_insert_with(|| {
             let mut meters: Vec<Meter> = limits.iter().map(Meter::new).collect();
             meters.iter_mut().for_each(|m| m.scale(0, scale));
+            if exhausted {
+                meters.iter_mut().for_each(|m| m.charge(0, m.limit()));
+            }
             PoolState { meters, in_flight: 0 }
         })
     }

@@ -45,7 +45,7 @@ enum Event {
 #[derive(Debug, Clone)]
 enum Answer {
     Refused(Rejected),
-    Done(ProviderUsage),
+    Done(ProviderUsage, Vec<(String, String)>),
 }
 
 /// What a strategy asks the engine to do.
@@ -88,8 +88,15 @@ pub(crate) trait Client {
     fn wake(&mut self, now: u64, timer: Timer, cx: &mut Cx) -> Result<(), CliError>;
     /// The provider refused a job it sent.
     fn rejected(&mut self, now: u64, job: usize, rejected: &Rejected, cx: &mut Cx) -> Result<(), CliError>;
-    /// A job it sent has completed with this usage.
-    fn finished(&mut self, now: u64, job: usize, usage: ProviderUsage, cx: &mut Cx) -> Result<(), CliError>;
+    /// A job it sent has completed with this usage and these rate-limit headers.
+    fn finished(
+        &mut self,
+        now: u64,
+        job: usize,
+        usage: ProviderUsage,
+        headers: &[(String, String)],
+        cx: &mut Cx,
+    ) -> Result<(), CliError>;
 }
 
 /// What happened to one job.
@@ -111,6 +118,8 @@ pub(crate) struct Run {
     pub attempts: u64,
     /// Refusals with status 429.
     pub rejected_429: u64,
+    /// When the last of them was made.
+    pub last_429_ns: Option<u64>,
     /// Other refusals (5xx, 529).
     pub rejected_other: u64,
 }
@@ -158,6 +167,7 @@ impl<'a> Engine<'a> {
             Err(rejected) => {
                 if rejected.status == 429 {
                     self.run.rejected_429 += 1;
+                    self.run.last_429_ns = Some(now);
                 } else {
                     self.run.rejected_other += 1;
                 }
@@ -177,17 +187,17 @@ impl<'a> Engine<'a> {
             }
             Event::Finish(job) => {
                 let admitted = self.in_flight[job].take().expect("a finish follows an admission");
-                let (usage, _headers) = self.provider.finish(now, &admitted);
-                self.answers[job] = Some(Answer::Done(usage));
+                let (usage, headers) = self.provider.finish(now, &admitted);
+                self.answers[job] = Some(Answer::Done(usage, headers));
                 self.schedule(now + self.network_ns, Event::Answer(job));
                 Ok(())
             }
             Event::Answer(job) => match self.answers[job].take().expect("an answer was sent") {
                 Answer::Refused(rejected) => client.rejected(now, job, &rejected, cx),
-                Answer::Done(usage) => {
+                Answer::Done(usage, headers) => {
                     let outcome = &mut self.run.outcomes[job];
                     (outcome.ended_at, outcome.succeeded, outcome.output_tokens) = (now, true, usage.output_tokens);
-                    client.finished(now, job, usage, cx)
+                    client.finished(now, job, usage, &headers, cx)
                 }
             },
         }

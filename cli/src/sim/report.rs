@@ -54,6 +54,8 @@ pub struct StrategyReport {
     pub attempts: u64,
     /// Provider refusals with status 429.
     pub provider_429s: u64,
+    /// When the provider made its last 429, in seconds from the start.
+    pub last_429_s: Option<f64>,
     /// Other provider refusals (5xx).
     pub other_errors: u64,
     /// Requests served.
@@ -210,6 +212,7 @@ pub(crate) fn strategy(
         bound_ratio: makespan_s / bound.seconds,
         attempts: run.attempts,
         provider_429s: run.rejected_429,
+        last_429_s: run.last_429_ns.map(|ns| ns as f64 / 1e9),
         other_errors: run.rejected_other,
         succeeded,
         success_rate: succeeded as f64 / requests,

@@ -216,6 +216,10 @@ pub struct StrategyConfig {
     /// `llmgov`: what to reserve for the output (default `max_tokens`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserve: Option<OutputReserve>,
+    /// `llmgov`: how its provider scope adapts (AIMD, ramp, breaker), as
+    /// the core's `[adaptive]` config (default: the core's defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<llmgov::config::AdaptiveConfig>,
 }
 
 /// A validated class: durations in nanoseconds.
@@ -234,7 +238,7 @@ pub(crate) enum Strategy {
     FixedSleep { sleep_ns: u64, max_retries: Option<u32> },
     Backoff { base_ns: u64, cap_ns: u64, max_retries: Option<u32> },
     SeedLimiter { poll_ns: u64, rpm: Option<u64>, tpm: Option<u64>, knows_limits: bool, factor: f64 },
-    Llmgov { knows_limits: bool, factor: f64, reserve: OutputReserve },
+    Llmgov { knows_limits: bool, factor: f64, reserve: OutputReserve, adaptive: Option<llmgov::config::AdaptiveConfig> },
 }
 
 /// A validated tenant.
@@ -346,7 +350,7 @@ impl StrategyConfig {
     /// nothing would mislead whoever reads the scenario.
     fn check_fields(&self, field: &str) -> Result<(), CliError> {
         use StrategyKind::*;
-        let applies: [(&str, bool, &[StrategyKind]); 10] = [
+        let applies: [(&str, bool, &[StrategyKind]); 11] = [
             ("sleep", self.sleep.is_some(), &[FixedSleep]),
             ("base", self.base.is_some(), &[Backoff]),
             ("cap", self.cap.is_some(), &[Backoff]),
@@ -357,6 +361,7 @@ impl StrategyConfig {
             ("knows_limits", self.knows_limits.is_some(), &[SeedLimiter, Llmgov]),
             ("limits_factor", self.limits_factor.is_some(), &[SeedLimiter, Llmgov]),
             ("reserve", self.reserve.is_some(), &[Llmgov]),
+            ("adaptive", self.adaptive.is_some(), &[Llmgov]),
         ];
         for (name, set, kinds) in applies {
             if set && !kinds.contains(&self.kind) {
@@ -380,6 +385,7 @@ impl StrategyConfig {
             "tpm" => num(self.tpm),
             "knows_limits" => self.knows_limits.map(|b| b.to_string()).unwrap_or_default(),
             "reserve" => self.reserve.map(|r| r.as_str().to_owned()).unwrap_or_default(),
+            "adaptive" => format!("{:?}", self.adaptive),
             _ => self.limits_factor.map(|f| f.to_string()).unwrap_or_default(),
         }
     }
@@ -424,7 +430,8 @@ impl StrategyConfig {
                 factor,
             },
             StrategyKind::Llmgov => {
-                Strategy::Llmgov { knows_limits, factor, reserve: self.reserve.unwrap_or_default() }
+                let adaptive = self.adaptive.clone();
+                Strategy::Llmgov { knows_limits, factor, reserve: self.reserve.unwrap_or_default(), adaptive }
             }
         })
     }

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use llmgov::config::{Algorithm, LimitConfig, OutputReservation, ScopeConfig};
+use llmgov::config::{AdaptiveConfig, Algorithm, LimitConfig, OutputReservation, ScopeConfig};
 use llmgov::tokens::{OutputConfig, OutputModel};
 use llmgov::{classify_response, Config, Dimension, Error, Ledger, Permit, ProviderHint, Request, Route, Usage};
 
@@ -69,7 +69,7 @@ fn slots(window_ns: u64) -> u32 {
     (window_ns / SLOT_NS).clamp(60, 600).min(window_ns / 1_000_000).max(1) as u32
 }
 
-fn limit(dimension: Dimension, amount: u64, window: Option<(&str, u64)>, algorithm: Algorithm) -> LimitConfig {
+fn limit(dimension: Dimension, amount: Option<u64>, window: Option<(&str, u64)>, algorithm: Algorithm) -> LimitConfig {
     let sliding = algorithm == Algorithm::SlidingWindow;
     LimitConfig {
         dimension,
@@ -106,42 +106,51 @@ fn scaled(amount: f64, factor: f64) -> u64 {
 }
 
 /// The ledger's config: the provider's limits (× `factor`), with any
-/// sub-window guard and concurrency, or, when the limits are unknown, a
-/// requests limit so high it never binds (a scope needs one limit).
+/// sub-window guard and concurrency; or, when the amounts are unknown, the
+/// provider's token-bucket limits with their amounts left to discovery from
+/// its `limit` headers (a client knows what its provider limits, if not how
+/// much).
 fn ledger_config(
     provider: &ProviderConfig,
     knows_limits: bool,
     factor: f64,
     reserve: OutputReserve,
+    adaptive: Option<AdaptiveConfig>,
 ) -> Result<Config, CliError> {
     let charging = provider.charging();
     let mut limits = Vec::new();
-    for (i, l) in provider.limits.iter().enumerate().filter(|_| knows_limits) {
+    for (i, l) in provider.limits.iter().enumerate() {
         let dimension = core_dimension(charging, l.dimension);
         let algorithm = match l.algorithm {
             Enforcement::TokenBucket => Algorithm::TokenBucket,
             Enforcement::SlidingWindow => Algorithm::SlidingWindow,
         };
         let window_ns = duration_ns(&format!("provider.limits[{i}].window"), &l.window)?;
-        limits.push(limit(dimension, scaled(l.amount as f64, factor), Some((&l.window, window_ns)), algorithm));
+        if !knows_limits {
+            let algorithm = Algorithm::TokenBucket;
+            limits.push(limit(dimension, None, Some((&l.window, window_ns)), algorithm));
+            continue;
+        }
+        limits.push(limit(dimension, Some(scaled(l.amount as f64, factor)), Some((&l.window, window_ns)), algorithm));
         if let Some(every) = &l.enforce_every {
             // The provider also holds amount × every ÷ window per `every`.
             let every_ns = duration_ns(&format!("provider.limits[{i}].enforce_every"), every)?;
             let amount = (l.amount as f64 * every_ns as f64 / window_ns as f64).max(1.0);
-            limits.push(limit(dimension, scaled(amount, factor), Some((every, every_ns)), algorithm));
+            limits.push(limit(dimension, Some(scaled(amount, factor)), Some((every, every_ns)), algorithm));
         }
     }
     if let Some(c) = provider.concurrency.filter(|_| knows_limits) {
-        limits.push(limit(Dimension::Concurrency, scaled(c as f64, factor), None, Algorithm::TokenBucket));
+        limits.push(limit(Dimension::Concurrency, Some(scaled(c as f64, factor)), None, Algorithm::TokenBucket));
     }
     for limit in &mut limits {
         limit.reserve_output = reserve_output(reserve, charging, limit.dimension);
     }
     if limits.is_empty() {
-        limits.push(limit(Dimension::Requests, 1 << 40, Some(("1m", 60_000_000_000)), Algorithm::TokenBucket));
+        // A provider with only a concurrency limit, unknown: nothing to discover.
+        limits.push(limit(Dimension::Requests, Some(1 << 40), Some(("1m", 60_000_000_000)), Algorithm::TokenBucket));
     }
     let scope = ScopeConfig { safety_margin: None, limits, provider: Some(true) };
-    Ok(Config { scopes: BTreeMap::from([(SCOPE.to_owned(), scope)]), ..Config::default() })
+    Ok(Config { scopes: BTreeMap::from([(SCOPE.to_owned(), scope)]), adaptive, ..Config::default() })
 }
 
 /// The ledger, the permits of requests in flight, and the line.
@@ -173,9 +182,10 @@ impl Llmgov {
         knows_limits: bool,
         factor: f64,
         reserve: OutputReserve,
+        adaptive: Option<AdaptiveConfig>,
         jobs: usize,
     ) -> Result<Self, CliError> {
-        let ledger = Ledger::new(&ledger_config(provider, knows_limits, factor, reserve)?)?;
+        let ledger = Ledger::new(&ledger_config(provider, knows_limits, factor, reserve, adaptive)?)?;
         let route = ledger.route(&[SCOPE])?;
         let permits = (0..jobs).map(|_| None).collect();
         let charging = provider.charging();
@@ -190,6 +200,22 @@ impl Llmgov {
 
     fn permit(&mut self, job: usize) -> Permit {
         self.permits[job].take().expect("a request in flight holds a permit")
+    }
+
+    /// Classifies the provider's answer to `job` and reports it to the ledger.
+    fn report(
+        &self,
+        now: u64,
+        job: usize,
+        status: u16,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> Result<(), CliError> {
+        // The simulated provider's wall clock starts at the epoch.
+        let feedback = classify_response(status, headers, body, ProviderHint::Auto, now / 1_000_000);
+        let permit = self.permits[job].as_ref().expect("a request in flight holds a permit");
+        self.ledger.report(permit, &feedback, now)?;
+        Ok(())
     }
 }
 
@@ -213,7 +239,9 @@ impl Gated for Llmgov {
                     permits[job.id] = Some(permit);
                     Ok(Gate::Go)
                 }
-                Err(Error::RateLimited { retry_after: Some(wait), .. }) => {
+                Err(
+                    Error::RateLimited { retry_after: Some(wait), .. } | Error::CircuitOpen { retry_after: wait, .. },
+                ) => {
                     let wait = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
                     Ok(Gate::Until(now.saturating_add(wait).saturating_add(TIMER_SLACK_NS)))
                 }
@@ -235,21 +263,14 @@ impl Client for Llmgov {
     }
 
     /// The provider refused what the ledger let through: its limits are
-    /// wrong or unknown. Its answer is fed back into the ledger (a 429 holds
-    /// the bucket it names empty until the retry-after; remaining counts
-    /// lower the others), and the attempt keeps its local charge (settled as
-    /// estimated rather than cancelled), so that retries are paced rather
-    /// than handed the same capacity straight back.
+    /// wrong or unknown. Its answer is reported to the ledger (a 429 holds
+    /// the bucket it names empty until the retry-after and slows its pace;
+    /// `limit` and `remaining` headers correct the others), and the attempt
+    /// keeps its local charge (settled as estimated rather than cancelled),
+    /// so that retries are paced rather than handed the same capacity
+    /// straight back.
     fn rejected(&mut self, now: u64, job: usize, rejected: &Rejected, cx: &mut Cx) -> Result<(), CliError> {
-        // The simulated provider's wall clock starts at the epoch.
-        let feedback = classify_response(
-            rejected.status,
-            &rejected.headers,
-            rejected.body.as_bytes(),
-            ProviderHint::Auto,
-            now / 1_000_000,
-        );
-        self.ledger.observe(self.route, &feedback, now)?;
+        self.report(now, job, rejected.status, &rejected.headers, rejected.body.as_bytes())?;
         let mut permit = self.permit(job);
         let charged = permit.charged();
         self.ledger.settle(&mut permit, charged, now)?;
@@ -261,7 +282,17 @@ impl Client for Llmgov {
         self.pump(now, cx)
     }
 
-    fn finished(&mut self, now: u64, job: usize, usage: ProviderUsage, cx: &mut Cx) -> Result<(), CliError> {
+    /// A success: its headers keep the ledger honest (and discover limits
+    /// left unset), then the permit settles on what the provider charged.
+    fn finished(
+        &mut self,
+        now: u64,
+        job: usize,
+        usage: ProviderUsage,
+        headers: &[(String, String)],
+        cx: &mut Cx,
+    ) -> Result<(), CliError> {
+        self.report(now, job, 200, headers, b"")?;
         let mut permit = self.permit(job);
         let actual = match self.charging {
             // OpenAI gives nothing back: settle on what it charged.

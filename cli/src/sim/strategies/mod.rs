@@ -75,7 +75,7 @@ pub(crate) fn label(strategy: &Strategy) -> String {
         Strategy::SeedLimiter { knows_limits, factor, .. } => {
             format!("seed RPM+TPM limiter{}", limits(*knows_limits, *factor))
         }
-        Strategy::Llmgov { knows_limits, factor, reserve } => {
+        Strategy::Llmgov { knows_limits, factor, reserve, .. } => {
             format!("llmgov{}{}", limits(*knows_limits, *factor), llmgov::label(*reserve))
         }
     }
@@ -109,8 +109,8 @@ pub(crate) fn build(
             };
             Box::new(seed_limiter::SeedLimiter::new(rpm, tpm, poll_ns))
         }
-        Strategy::Llmgov { knows_limits, factor, reserve } => {
-            Box::new(llmgov::Llmgov::new(provider, knows_limits, factor, reserve, jobs)?)
+        Strategy::Llmgov { knows_limits, factor, reserve, ref adaptive } => {
+            Box::new(llmgov::Llmgov::new(provider, knows_limits, factor, reserve, adaptive.clone(), jobs)?)
         }
     })
 }

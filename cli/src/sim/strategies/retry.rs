@@ -68,7 +68,14 @@ impl Client for Retry {
         Ok(())
     }
 
-    fn finished(&mut self, _now: u64, _job: usize, _usage: ProviderUsage, _cx: &mut Cx) -> Result<(), CliError> {
+    fn finished(
+        &mut self,
+        _now: u64,
+        _job: usize,
+        _usage: ProviderUsage,
+        _headers: &[(String, String)],
+        _cx: &mut Cx,
+    ) -> Result<(), CliError> {
         Ok(())
     }
 }
