@@ -224,6 +224,17 @@ fn bad_class_and_share_settings_name_the_field() {
     }
 }
 
+#[test]
+fn the_future_can_move_to_any_task_and_outlive_the_borrow() {
+    fn spawnable<T: Send + Sync + 'static>(_: &T) {}
+    let (gov, _) = governor(TOKENS);
+    let route = gov.route(&["p"]).unwrap();
+    let future = gov.acquire(&Request::new(route).input_tokens(1));
+    drop(gov);
+    spawnable(&future);
+    assert!(!future.is_waiting());
+}
+
 /// On the real clock, under tokio: the governor's timer thread wakes the
 /// waiter at the refill (no assertion on time, only that it comes).
 #[tokio::test]
