@@ -1,0 +1,131 @@
+package llmgov
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Acquire waits fairly for admission: it returns once the request is
+// admitted, or with ErrDeadlineExceeded (the request's Deadline, its
+// class's maximum wait or ctx's deadline came first; refused at once when
+// the predicted wait is already longer), ErrQueueFull or ErrNeverFits.
+// Waiters are served by class priority, guarantee, then fair share across
+// tenants. A refused wait holds nothing.
+//
+// ctx's deadline bounds the wait, on the governor's clock. If ctx is
+// cancelled first, Acquire returns ctx's error at once; the wait it left
+// ends by itself (at the deadline, or the class's maximum wait), and a
+// permit granted to it meanwhile is cancelled, so nothing stays reserved.
+//
+// On a manual clock, call WakeWaiters after advancing it.
+func (g *Governor) Acquire(ctx context.Context, r Request) (*Permit, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	h, err := g.ptr()
+	if err != nil {
+		return nil, err
+	}
+	timeout := C.uint64_t(C.LLMGOV_NO_TIMEOUT)
+	if deadline, ok := ctx.Deadline(); ok {
+		timeout = C.uint64_t(max(time.Until(deadline), 0))
+	}
+	wait := func() (*Permit, error) {
+		req := r.c()
+		var handle *C.llmgov_permit
+		var ce C.go_error
+		if err := fromC(C.go_acquire(h, &req, timeout, &handle, &ce), &ce); err != nil {
+			return nil, err
+		}
+		return newPermit(handle), nil
+	}
+	if ctx.Done() == nil { // cannot be cancelled: wait on this goroutine
+		return wait()
+	}
+	type answer struct {
+		permit *Permit
+		err    error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		p, err := wait()
+		done <- answer{p, err}
+	}()
+	select {
+	case a := <-done:
+		return a.permit, a.err
+	case <-ctx.Done():
+		go func() {
+			if a := <-done; a.permit != nil {
+				_ = a.permit.Cancel() // granted after the caller left: give it back
+				a.permit.Close()
+			}
+		}()
+		return nil, fmt.Errorf("llmgov: acquire abandoned: %w", ctx.Err())
+	}
+}
+
+// WakeWaiters lets waiting requests see the clock's time now: admits whoever
+// can pass and refuses whoever's deadline came. Call it after advancing a
+// manual clock. It returns how long until the next time-driven change, and
+// false when nothing waits on time.
+func (g *Governor) WakeWaiters() (time.Duration, bool, error) {
+	h, err := g.ptr()
+	if err != nil {
+		return 0, false, err
+	}
+	var next C.uint64_t
+	err = call(func() C.llmgov_result { return C.llmgov_governor_wake_waiters(h, &next) })
+	if err != nil || next == C.UINT64_MAX {
+		return 0, false, err
+	}
+	return time.Duration(next), true, nil
+}
+
+// QueueMetrics is every traffic class's waiting queue at one moment.
+type QueueMetrics struct {
+	// Depth is the requests waiting, all classes together.
+	Depth   int            `json:"depth"`
+	Classes []ClassMetrics `json:"classes"`
+}
+
+// ClassMetrics is one traffic class's queue; counts are since the
+// governor was made.
+type ClassMetrics struct {
+	Class                 string `json:"class"`
+	Priority              int32  `json:"priority"`
+	Depth                 int    `json:"depth"`
+	QueueBound            int    `json:"queue_bound"`
+	OldestWaitMs          uint64 `json:"oldest_wait_ms"`
+	MaxWaitMs             uint64 `json:"max_wait_ms"`
+	LongestAdmittedWaitMs uint64 `json:"longest_admitted_wait_ms"`
+	Admitted              uint64 `json:"admitted"`
+	Expired               uint64 `json:"expired"`
+	RefusedQueueFull      uint64 `json:"refused_queue_full"`
+}
+
+// QueueMetrics is the waiting queues now.
+func (g *Governor) QueueMetrics() (*QueueMetrics, error) {
+	h, err := g.ptr()
+	if err != nil {
+		return nil, err
+	}
+	var out *C.char
+	err = call(func() C.llmgov_result { return C.llmgov_governor_queue_metrics_json(h, &out) })
+	text, err := takeString(out, err)
+	if err != nil {
+		return nil, err
+	}
+	var m QueueMetrics
+	if err := json.Unmarshal(text, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}

@@ -1,0 +1,132 @@
+package llmgov_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+
+	"llmgov.dev/llmgov"
+)
+
+// 600 tokens a minute: 10 a second. The batch class holds one waiter.
+const waitingConfig = `
+[scopes."p"]
+limits = [{ dimension = "tokens", amount = 600, window = "1m" }]
+[classes.batch]
+queue_bound = 1
+`
+
+// untilWaiting yields until depth requests wait (the goroutine has queued).
+func untilWaiting(t *testing.T, gov *llmgov.Governor, depth int) {
+	t.Helper()
+	for {
+		m, err := gov.QueueMetrics()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Depth == depth {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+func inUse(t *testing.T, gov *llmgov.Governor) uint64 {
+	t.Helper()
+	return must[*llmgov.Snapshot](t)(gov.Snapshot()).Scopes[0].Limits[0].InUse
+}
+
+func TestAcquireWaitsForTheRefill(t *testing.T) {
+	clock := llmgov.NewManualClock(0)
+	gov := must[*llmgov.Governor](t)(llmgov.FromTOML(waitingConfig, llmgov.WithClock(clock)))
+	route := must[llmgov.Route](t)(gov.Route("p"))
+	ctx := context.Background()
+	all := must[*llmgov.Permit](t)(gov.Acquire(ctx, llmgov.Request{Route: route, InputTokens: 600}))
+
+	// A 1 s deadline against a 10 s wait: refused at once, nothing taken.
+	_, err := gov.Acquire(ctx, llmgov.Request{Route: route, InputTokens: 100, Deadline: time.Second})
+	var e *llmgov.Error
+	if !errors.Is(err, llmgov.ErrDeadlineExceeded) || !errors.As(err, &e) || e.Waited != 0 ||
+		e.RetryAfter != 10*time.Second {
+		t.Fatalf("want deadline_exceeded predicting 10 s, got %v", err)
+	}
+	timed, cancel := context.WithTimeout(ctx, time.Second)
+	_, err = gov.Acquire(timed, llmgov.Request{Route: route, InputTokens: 100})
+	cancel()
+	if !errors.Is(err, llmgov.ErrDeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("context deadline: %v", err)
+	}
+	if _, err := gov.Acquire(ctx, llmgov.Request{Route: route, InputTokens: 601}); !errors.Is(err, llmgov.ErrNeverFits) {
+		t.Fatalf("never fits: %v", err)
+	}
+	if inUse(t, gov) != 600 {
+		t.Fatalf("a refused wait took something: %d in use", inUse(t, gov))
+	}
+
+	batch := must[llmgov.Class](t)(gov.Class("batch"))
+	request := llmgov.Request{Route: route, Class: batch, InputTokens: 100}
+	admitted := make(chan error, 1)
+	go func() {
+		p, err := gov.Acquire(ctx, request)
+		if err == nil {
+			err = p.Settle(llmgov.Usage{InputTokens: 100})
+		}
+		admitted <- err
+	}()
+	untilWaiting(t, gov, 1)
+	_, err = gov.Acquire(ctx, request)
+	if !errors.Is(err, llmgov.ErrQueueFull) || !errors.As(err, &e) || e.Value != "batch" {
+		t.Fatalf("queue full: %v", err)
+	}
+	if next, ok, _ := gov.WakeWaiters(); !ok || next != 10*time.Second {
+		t.Fatalf("next change in %v (%v), want 10s", next, ok)
+	}
+	if err := clock.Advance(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := gov.WakeWaiters(); ok {
+		t.Errorf("something still waits on time")
+	}
+	if err := <-admitted; err != nil {
+		t.Fatalf("the waiter: %v", err)
+	}
+	if err := all.Cancel(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCancelledContextLeavesNothingReserved(t *testing.T) {
+	clock := llmgov.NewManualClock(0)
+	gov := must[*llmgov.Governor](t)(llmgov.FromTOML(waitingConfig, llmgov.WithClock(clock)))
+	route := must[llmgov.Route](t)(gov.Route("p"))
+	all := must[*llmgov.Permit](t)(gov.TryAcquire(llmgov.Request{Route: route, InputTokens: 600}))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := gov.Acquire(ctx, llmgov.Request{Route: route, InputTokens: 100})
+		done <- err
+	}()
+	untilWaiting(t, gov, 1)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("want context.Canceled, got %v", err)
+	}
+	// The wait it left is admitted at the refill, and given back at once.
+	if err := clock.Advance(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	gov.WakeWaiters()
+	if err := all.Cancel(); err != nil {
+		t.Fatal(err)
+	}
+	for inUse(t, gov) != 0 {
+		runtime.Gosched()
+	}
+	s := must[*llmgov.Snapshot](t)(gov.Snapshot())
+	if s.Admitted != 2 {
+		t.Errorf("admitted %d, want 2 (the first and the abandoned waiter)", s.Admitted)
+	}
+}

@@ -1,0 +1,76 @@
+package llmgov
+
+/*
+#include "llmgov.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// ManualClock is time that moves only when told to, for tests and
+// simulations: a governor built WithClock reads it instead of the
+// monotonic clock. Safe for concurrent use.
+type ManualClock struct {
+	handle  *C.llmgov_manual_clock
+	closed  atomic.Bool
+	cleanup runtime.Cleanup
+}
+
+// NewManualClock is a manual clock reading start.
+func NewManualClock(start time.Duration) *ManualClock {
+	h := C.llmgov_manual_clock_new(C.uint64_t(start))
+	c := &ManualClock{handle: h}
+	c.cleanup = runtime.AddCleanup(c, func(h *C.llmgov_manual_clock) { C.llmgov_manual_clock_free(h) }, h)
+	return c
+}
+
+// Advance moves the clock forward by d (negative durations do nothing).
+func (c *ManualClock) Advance(d time.Duration) error {
+	if d < 0 {
+		return nil
+	}
+	h := c.handle
+	if c.closed.Load() {
+		return errClosed("clock")
+	}
+	err := call(func() C.llmgov_result { return C.llmgov_manual_clock_advance(h, C.uint64_t(d)) })
+	runtime.KeepAlive(c)
+	return err
+}
+
+// Set moves the clock to t if that is later than its reading; a manual
+// clock never goes backwards.
+func (c *ManualClock) Set(t time.Duration) error {
+	h := c.handle
+	if c.closed.Load() {
+		return errClosed("clock")
+	}
+	err := call(func() C.llmgov_result { return C.llmgov_manual_clock_set(h, C.uint64_t(max(t, 0))) })
+	runtime.KeepAlive(c)
+	return err
+}
+
+// Now is the clock's reading.
+func (c *ManualClock) Now() (time.Duration, error) {
+	h := c.handle
+	if c.closed.Load() {
+		return 0, errClosed("clock")
+	}
+	var ns C.uint64_t
+	err := call(func() C.llmgov_result { return C.llmgov_manual_clock_now(h, &ns) })
+	runtime.KeepAlive(c)
+	return time.Duration(ns), err
+}
+
+// Close releases the clock now rather than when it is garbage collected.
+// Governors built on it keep reading it.
+func (c *ManualClock) Close() {
+	if c.closed.CompareAndSwap(false, true) {
+		c.cleanup.Stop()
+		C.llmgov_manual_clock_free(c.handle)
+	}
+}

@@ -1,0 +1,3 @@
+module llmgov.dev/llmgov
+
+go 1.24

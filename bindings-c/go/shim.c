@@ -1,0 +1,58 @@
+#include "shim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static char *copy(const char *s) {
+    return s == NULL ? NULL : strdup(s);
+}
+
+void go_error_take(llmgov_result result, go_error *out) {
+    memset(out, 0, sizeof *out);
+    if (llmgov_last_error(&out->e) != LLMGOV_RESULT_OK || out->e.result != result) {
+        /* Cannot happen: the call that failed set it. Keep the code. */
+        out->e.result = result;
+        out->e.code = llmgov_result_code(result);
+        out->e.message = llmgov_result_message(result);
+    }
+    out->code = copy(out->e.code);
+    out->message = copy(out->e.message);
+    out->scope = copy(out->e.scope);
+    out->field = copy(out->e.field);
+    out->value = copy(out->e.value);
+}
+
+void go_error_free(go_error *e) {
+    free(e->code);
+    free(e->message);
+    free(e->scope);
+    free(e->field);
+    free(e->value);
+}
+
+static llmgov_result checked(llmgov_result result, go_error *err) {
+    if (result != LLMGOV_RESULT_OK) go_error_take(result, err);
+    return result;
+}
+
+llmgov_result go_try_acquire(const llmgov_governor *governor, const llmgov_request *request, llmgov_permit **out,
+                             go_error *err) {
+    return checked(llmgov_governor_try_acquire(governor, request, out), err);
+}
+
+llmgov_result go_acquire(const llmgov_governor *governor, const llmgov_request *request, uint64_t timeout_ns,
+                         llmgov_permit **out, go_error *err) {
+    return checked(llmgov_governor_acquire(governor, request, timeout_ns, out), err);
+}
+
+llmgov_result go_settle(llmgov_permit *permit, llmgov_usage usage, go_error *err) {
+    return checked(llmgov_permit_settle(permit, usage), err);
+}
+
+llmgov_result go_cancel(llmgov_permit *permit, go_error *err) {
+    return checked(llmgov_permit_cancel(permit), err);
+}
+
+llmgov_result go_add_output(llmgov_permit *permit, uint64_t tokens, go_error *err) {
+    return checked(llmgov_permit_add_output(permit, tokens), err);
+}

@@ -1,0 +1,32 @@
+/* What Go needs beyond llmgov.h: the last error copied out within the same
+ * C call that failed. A goroutine may move to another thread between two
+ * cgo calls, and the thread-local error may be overwritten there. */
+#ifndef LLMGOV_GO_SHIM_H
+#define LLMGOV_GO_SHIM_H
+
+#include "llmgov.h"
+
+/* llmgov_error with its strings copied (malloc); free with go_error_free. */
+typedef struct go_error {
+    llmgov_error e;
+    char *code;
+    char *message;
+    char *scope;
+    char *field;
+    char *value;
+} go_error;
+
+/* Fills *out from this thread's last error, which failed with `result`. */
+void go_error_take(llmgov_result result, go_error *out);
+void go_error_free(go_error *e);
+
+/* The hot path: the call and, on failure, its error, in one cgo call. */
+llmgov_result go_try_acquire(const llmgov_governor *governor, const llmgov_request *request, llmgov_permit **out,
+                             go_error *err);
+llmgov_result go_acquire(const llmgov_governor *governor, const llmgov_request *request, uint64_t timeout_ns,
+                         llmgov_permit **out, go_error *err);
+llmgov_result go_settle(llmgov_permit *permit, llmgov_usage usage, go_error *err);
+llmgov_result go_cancel(llmgov_permit *permit, go_error *err);
+llmgov_result go_add_output(llmgov_permit *permit, uint64_t tokens, go_error *err);
+
+#endif

@@ -1,0 +1,88 @@
+package llmgov
+
+/*
+#include "llmgov.h"
+*/
+import "C"
+
+import "encoding/json"
+
+// Snapshot is every scope and counter at one moment.
+type Snapshot struct {
+	NowMs                        uint64          `json:"now_ms"`
+	Admitted                     uint64          `json:"admitted"`
+	RateLimited                  uint64          `json:"rate_limited"`
+	NeverFits                    uint64          `json:"never_fits"`
+	AdmittedThenProviderRejected uint64          `json:"admitted_then_provider_rejected"`
+	ExpiredPermits               uint64          `json:"expired_permits"`
+	Scopes                       []ScopeSnapshot `json:"scopes"`
+}
+
+// ScopeSnapshot is one scope's limits at one moment.
+type ScopeSnapshot struct {
+	Path   string          `json:"path"`
+	Limits []LimitSnapshot `json:"limits"`
+}
+
+// LimitSnapshot is one limit at one moment.
+type LimitSnapshot struct {
+	Dimension        Dimension `json:"dimension"`
+	Algorithm        string    `json:"algorithm"`
+	ConfiguredAmount uint64    `json:"configured_amount"`
+	Amount           uint64    `json:"amount"`
+	Burst            uint64    `json:"burst"`
+	// WindowMs is nil for concurrency, which has no window.
+	WindowMs *uint64 `json:"window_ms,omitempty"`
+	// Available is what a request could take now; negative in debt.
+	Available int64  `json:"available"`
+	InUse     uint64 `json:"in_use"`
+	// ReservesOutput is "max_tokens" or "expected" on output and token
+	// limits.
+	ReservesOutput string `json:"reserves_output,omitempty"`
+	// Expired is set on concurrency limits: permits that expired holding a
+	// slot here.
+	Expired *uint64 `json:"expired,omitempty"`
+}
+
+// SnapshotJSON is every scope and counter now, as the core's JSON.
+func (g *Governor) SnapshotJSON() ([]byte, error) {
+	h, err := g.ptr()
+	if err != nil {
+		return nil, err
+	}
+	var out *C.char
+	err = call(func() C.llmgov_result { return C.llmgov_governor_snapshot_json(h, &out) })
+	return takeString(out, err)
+}
+
+// Snapshot is every scope and counter now.
+func (g *Governor) Snapshot() (*Snapshot, error) {
+	text, err := g.SnapshotJSON()
+	if err != nil {
+		return nil, err
+	}
+	var s Snapshot
+	if err := json.Unmarshal(text, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// ScopeSnapshot is one scope's limits now.
+func (g *Governor) ScopeSnapshot(scope Scope) (*ScopeSnapshot, error) {
+	h, err := g.ptr()
+	if err != nil {
+		return nil, err
+	}
+	var out *C.char
+	err = call(func() C.llmgov_result { return C.llmgov_governor_scope_snapshot_json(h, C.uint32_t(scope), &out) })
+	text, err := takeString(out, err)
+	if err != nil {
+		return nil, err
+	}
+	var s ScopeSnapshot
+	if err := json.Unmarshal(text, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}

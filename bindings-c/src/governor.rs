@@ -1,0 +1,369 @@
+//! The governor handle: built from TOML, JSON or a preset, on the monotonic
+//! clock or a manual one; interns routes, scopes and classes to numbers;
+//! answers snapshots as JSON.
+
+use std::ffi::c_char;
+use std::sync::Arc;
+
+use llmgov_core::{ClassId, Config, Governor, Route, ScopeId};
+
+use crate::args::{self, Out};
+use crate::clock::llmgov_manual_clock;
+use crate::errors::{guard, guard_infallible, llmgov_result, Failure, Outcome};
+use crate::interned::Interned;
+use crate::strings::write_json;
+
+/// A rate-limit governor. Every function taking a `const llmgov_governor *`
+/// may be called from any thread at once.
+#[allow(non_camel_case_types)]
+pub struct llmgov_governor {
+    pub(crate) governor: Governor,
+    routes: Interned<Route>,
+    scopes: Interned<ScopeId>,
+    classes: Interned<ClassId>,
+}
+
+impl llmgov_governor {
+    fn new(governor: Governor) -> Outcome<Self> {
+        let classes = Interned::new();
+        // Class 0 is the unnamed default class, so a zeroed request is in it.
+        classes.intern(ClassId::default(), "class")?;
+        Ok(llmgov_governor { governor, routes: Interned::new(), scopes: Interned::new(), classes })
+    }
+
+    /// The route a number names, or `invalid_request` naming `field`.
+    #[inline]
+    pub(crate) fn route(&self, number: u32, field: &'static str) -> Outcome<Route> {
+        self.routes.get(number).ok_or_else(|| unknown_number(field, number, "llmgov_governor_route"))
+    }
+
+    #[inline]
+    pub(crate) fn class(&self, number: u32) -> Outcome<ClassId> {
+        self.classes.get(number).ok_or_else(|| unknown_number("class_id", number, "llmgov_governor_class"))
+    }
+}
+
+/// A number this governor never handed out: the same code the core gives a
+/// handle from another governor.
+#[cold]
+fn unknown_number(field: &'static str, number: u32, from: &str) -> Failure {
+    Failure::Core(llmgov_core::Error::InvalidRequest {
+        field,
+        value: number.to_string(),
+        reason: format!("not a number this governor's {from} returned"),
+    })
+}
+
+/// Builds the governor and hands the caller its reference.
+///
+/// # Safety
+/// `clock` NULL or a live clock; `out` checked by the caller.
+unsafe fn build(
+    config: impl FnOnce() -> llmgov_core::Result<Config>,
+    clock: *const llmgov_manual_clock,
+    out: Out<*const llmgov_governor>,
+) -> Outcome {
+    let config = config()?;
+    // SAFETY: the caller's contract; NULL means the monotonic clock.
+    let governor = match unsafe { clock.as_ref() } {
+        Some(manual) => Governor::with_clock(&config, manual.clock.clone())?,
+        None => Governor::new(&config)?,
+    };
+    out.write(Arc::into_raw(Arc::new(llmgov_governor::new(governor)?)));
+    Ok(())
+}
+
+/// A governor from a TOML configuration (the format of the README's
+/// "Configuration" section). A bad config is `LLMGOV_RESULT_INVALID_CONFIG`,
+/// and `llmgov_last_error` names the field and the value.
+///
+/// `clock` is NULL for the real monotonic clock, or a manual clock the
+/// governor reads instead (it keeps its own reference to it).
+///
+/// # Ownership
+/// On success `*out_governor` is the caller's: free it with
+/// `llmgov_governor_free`. On failure it is not written.
+///
+/// # Safety
+/// `toml` must be NULL (an error) or a NUL-terminated string; `clock` NULL
+/// or a live manual clock; `out_governor` NULL (an error) or writable.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_governor_from_toml(
+    toml: *const c_char,
+    clock: *const llmgov_manual_clock,
+    out_governor: *mut *const llmgov_governor,
+) -> llmgov_result {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (text, out) = unsafe { (args::text(toml, "toml")?, Out::new(out_governor, "out_governor")?) };
+        // SAFETY: the caller's contract.
+        unsafe { build(|| Config::from_toml(text), clock, out) }
+    })
+}
+
+/// A governor from a JSON configuration (the same fields as TOML, as the
+/// conformance scenarios in `tests/scenarios` write them). As
+/// `llmgov_governor_from_toml`.
+///
+/// # Ownership
+/// As `llmgov_governor_from_toml`.
+///
+/// # Safety
+/// As `llmgov_governor_from_toml`, with `json` for `toml`.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_governor_from_json(
+    json: *const c_char,
+    clock: *const llmgov_manual_clock,
+    out_governor: *mut *const llmgov_governor,
+) -> llmgov_result {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (text, out) = unsafe { (args::text(json, "json")?, Out::new(out_governor, "out_governor")?) };
+        // SAFETY: the caller's contract.
+        unsafe { build(|| Config::from_json(text), clock, out) }
+    })
+}
+
+/// A governor from a shipped preset (`"openai-gpt-4o-tier1"`, …). An
+/// unknown name is `LLMGOV_RESULT_UNKNOWN_PRESET`, and the message lists the
+/// known ones.
+///
+/// # Ownership
+/// As `llmgov_governor_from_toml`.
+///
+/// # Safety
+/// As `llmgov_governor_from_toml`, with `name` for `toml`.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_governor_from_preset(
+    name: *const c_char,
+    clock: *const llmgov_manual_clock,
+    out_governor: *mut *const llmgov_governor,
+) -> llmgov_result {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (name, out) = unsafe { (args::text(name, "name")?, Out::new(out_governor, "out_governor")?) };
+        // SAFETY: the caller's contract.
+        unsafe { build(|| Config::preset(name), clock, out) }
+    })
+}
+
+/// Releases the caller's reference to a governor. NULL does nothing.
+///
+/// Permits not yet freed keep the governor alive, so they can still be
+/// settled; it is freed with the last of them.
+///
+/// # Safety
+/// `governor` must be NULL or a governor from `llmgov_governor_from_*` not
+/// freed yet, and not used after. Freeing it twice is undefined behaviour.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_governor_free(governor: *const llmgov_governor) {
+    guard_infallible(|| {
+        if !governor.is_null() {
+            // SAFETY: made by Arc::into_raw in `build`; this is the caller's reference.
+            drop(unsafe { Arc::from_raw(governor) });
+        }
+    })
+}
+
+/// Resolves a request's scope paths, once, to a route number to put in
+/// `llmgov_request.route`. The same paths give the same number. Every
+/// configured or template scope on every prefix of every path is charged,
+/// each once.
+///
+/// Errors: `LLMGOV_RESULT_INVALID_PATH` (an empty segment, a `*`),
+/// `LLMGOV_RESULT_UNKNOWN_SCOPE` (no scope covers a path),
+/// `LLMGOV_RESULT_INVALID_REQUEST` (no paths), `LLMGOV_RESULT_INVALID_UTF8`
+/// and `LLMGOV_RESULT_NULL_ARGUMENT` naming the path (`"paths[2]"`).
+///
+/// # Ownership
+/// The paths are only read; `*out_route` is a plain number, valid with
+/// this governor only.
+///
+/// # Safety
+/// `governor` NULL or live; `paths` NULL (only with `paths_len` 0) or
+/// `paths_len` pointers, each NULL or NUL-terminated; `out_route` NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_governor_route(
+    governor: *const llmgov_governor,
+    paths: *const *const c_char,
+    paths_len: usize,
+    out_route: *mut u32,
+) -> llmgov_result {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (gov, list, out) = unsafe {
+            (
+                args::reference(governor, "governor")?,
+                args::slice(paths, paths_len, "paths")?,
+                Out::new(out_route, "out_route")?,
+            )
+        };
+        let paths = list
+            .iter()
+            .enumerate()
+            // SAFETY: each is NULL or NUL-terminated by the caller's contract.
+            .map(|(i, &path)| unsafe { args::text(path, &format!("paths[{i}]")) })
+            .collect::<Outcome<Vec<&str>>>()?;
+        let route = gov.governor.route(&paths)?;
+        out.write(gov.routes.intern(route, "route")?);
+        Ok(())
+    })
+}
+
+/// Interns one scope path (creating a template scope met for the first
+/// time) and gives the number of the deepest scope on it, for
+/// `llmgov_governor_scope_snapshot_json`.
+///
+/// # Ownership
+/// `*out_scope` is a plain number, valid with this governor only.
+///
+/// # Safety
+/// `governor` NULL or live; `path` NULL or NUL-terminated; `out_scope` NULL
+/// or writable.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_governor_scope(
+    governor: *const llmgov_governor,
+    path: *const c_char,
+    out_scope: *mut u32,
+) -> llmgov_result {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (gov, path, out) = unsafe {
+            (args::reference(governor, "governor")?, args::text(path, "path")?, Out::new(out_scope, "out_scope")?)
+        };
+        let scope = gov.governor.scope_id(path)?;
+        out.write(gov.scopes.intern(scope, "scope")?);
+        Ok(())
+    })
+}
+
+/// Interns a traffic class by name, for `llmgov_request.class_id`. Output
+/// lengths are learned per route and class. Class 0 is the unnamed default
+/// class, the one a zeroed request is in.
+///
+/// # Ownership
+/// `*out_class` is a plain number, valid with this governor only.
+///
+/// # Safety
+/// As `llmgov_governor_scope`, with `name` and `out_class`.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_governor_class(
+    governor: *const llmgov_governor,
+    name: *const c_char,
+    out_class: *mut u32,
+) -> llmgov_result {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (gov, name, out) = unsafe {
+            (args::reference(governor, "governor")?, args::text(name, "name")?, Out::new(out_class, "out_class")?)
+        };
+        out.write(gov.classes.intern(gov.governor.class(name), "class")?);
+        Ok(())
+    })
+}
+
+/// Every scope and counter now, as JSON: `{"now_ms", "admitted",
+/// "rate_limited", "never_fits", "admitted_then_provider_rejected",
+/// "expired_permits", "scopes": [{"path", "limits": [{"dimension",
+/// "algorithm", "configured_amount", "amount", "burst", "window_ms",
+/// "available", "in_use", "reserves_output", "expired"}]}]}` (the Rust
+/// `Snapshot`).
+///
+/// # Ownership
+/// On success `*out_json` is the caller's: free it with `llmgov_string_free`.
+///
+/// # Safety
+/// `governor` NULL or live; `out_json` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_governor_snapshot_json(
+    governor: *const llmgov_governor,
+    out_json: *mut *mut c_char,
+) -> llmgov_result {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (gov, out) = unsafe { (args::reference(governor, "governor")?, Out::new(out_json, "out_json")?) };
+        write_json(out, &gov.governor.snapshot())
+    })
+}
+
+/// One scope's limits now, as JSON: `{"path", "limits": [...]}` as in
+/// `llmgov_governor_snapshot_json`.
+///
+/// # Ownership
+/// As `llmgov_governor_snapshot_json`.
+///
+/// # Safety
+/// As `llmgov_governor_snapshot_json`.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_governor_scope_snapshot_json(
+    governor: *const llmgov_governor,
+    scope: u32,
+    out_json: *mut *mut c_char,
+) -> llmgov_result {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (gov, out) = unsafe { (args::reference(governor, "governor")?, Out::new(out_json, "out_json")?) };
+        let id = gov.scopes.get(scope).ok_or_else(|| unknown_number("scope", scope, "llmgov_governor_scope"))?;
+        write_json(out, &gov.governor.scope_snapshot(id)?)
+    })
+}
+
+/// The governor's clock reading, in nanoseconds (the manual clock's, or
+/// the monotonic clock's since the governor was built).
+///
+/// # Safety
+/// `governor` NULL or live; `out_ns` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_governor_now(governor: *const llmgov_governor, out_ns: *mut u64) -> llmgov_result {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (gov, out) = unsafe { (args::reference(governor, "governor")?, Out::new(out_ns, "out_ns")?) };
+        out.write(gov.governor.clock().now());
+        Ok(())
+    })
+}
+
+/// Lets waiting requests see the clock's time now: admits whoever can pass
+/// and refuses whoever's deadline came. Call it after advancing a manual
+/// clock (settles, cancels and the governor's timer do it otherwise).
+/// Writes how long until the next time-driven change (a refill, a
+/// deadline) to `*out_next_ns`, or `UINT64_MAX` when nothing waits on time.
+///
+/// # Safety
+/// `governor` NULL or live; `out_next_ns` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_governor_wake_waiters(
+    governor: *const llmgov_governor,
+    out_next_ns: *mut u64,
+) -> llmgov_result {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (gov, out) = unsafe { (args::reference(governor, "governor")?, Out::new(out_next_ns, "out_next_ns")?) };
+        let next = gov.governor.wake_waiters();
+        out.write(next.map_or(u64::MAX, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1)));
+        Ok(())
+    })
+}
+
+/// The waiting queues now, as JSON: `{"depth", "classes": [{"class",
+/// "priority", "depth", "queue_bound", "oldest_wait_ms", "max_wait_ms",
+/// "longest_admitted_wait_ms", "admitted", "expired", "refused_queue_full",
+/// …}]}`.
+///
+/// # Ownership
+/// As `llmgov_governor_snapshot_json`.
+///
+/// # Safety
+/// As `llmgov_governor_snapshot_json`.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_governor_queue_metrics_json(
+    governor: *const llmgov_governor,
+    out_json: *mut *mut c_char,
+) -> llmgov_result {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (gov, out) = unsafe { (args::reference(governor, "governor")?, Out::new(out_json, "out_json")?) };
+        write_json(out, &gov.governor.queue_metrics())
+    })
+}

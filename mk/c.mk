@@ -1,0 +1,90 @@
+# The C ABI (bindings-c): libllmgov.so and libllmgov.a, the header check, the
+# C tests under AddressSanitizer and under valgrind, and the Go package.
+# Everything builds into the one cargo target directory ($CARGO_TARGET_DIR,
+# else target/), in the debug profile `make test-rust` already built.
+
+C_TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
+C_LIB_DIR := $(C_TARGET_DIR)/debug
+C_OUT := $(C_TARGET_DIR)/bindings-c
+C_SRC := bindings-c/tests/c
+C_TESTS := governor misuse threads acquire feedback
+C_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' bindings-c/Cargo.toml)
+C_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -pthread
+# Compiles and links through the generated pkg-config file, as a user would.
+C_PKG := PKG_CONFIG_PATH=$(C_OUT) pkg-config
+C_LINK = $$($(C_PKG) --cflags --libs llmgov) -Wl,-rpath,$(C_LIB_DIR)
+C_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+C_VALGRIND := valgrind -q --leak-check=full --error-exitcode=1 --num-callers=40 \
+	--suppressions=$(C_SRC)/valgrind.supp
+# cgo links the shared library found through CGO_LDFLAGS; the rpath lets the
+# test binary find it at run time.
+C_GO_ENV := CGO_ENABLED=1 CGO_LDFLAGS="-L$(C_LIB_DIR) -Wl,-rpath,$(C_LIB_DIR)"
+
+.PHONY: test-c test-go lib-c c-header c-asan c-valgrind c-static c-readme bench-c
+LANGUAGE_TESTS += test-c
+
+## The C ABI's tests: header check, C tests (ASan, valgrind, static link), Go.
+test-c: c-header c-asan c-valgrind c-static c-readme test-go
+
+## libllmgov.so, libllmgov.a and llmgov.pc (debug).
+lib-c:
+	$(CARGO) build -p llmgov-c
+	@mkdir -p $(C_OUT)
+	sed -e 's|@LIBDIR@|$(C_LIB_DIR)|' -e 's|@INCLUDEDIR@|$(CURDIR)/bindings-c/include|' \
+		-e 's|@VERSION@|$(C_VERSION)|' bindings-c/llmgov.pc.in > $(C_OUT)/llmgov.pc
+
+## The committed header is what cbindgen makes of the sources.
+c-header:
+	$(CARGO) test -p llmgov-c --test header
+
+c-asan: lib-c
+	set -e; for t in $(C_TESTS); do \
+		gcc $(C_CFLAGS) $(C_ASAN) $(C_SRC)/test_$$t.c $(C_LINK) -o $(C_OUT)/test_$$t-asan; \
+		ASAN_OPTIONS=detect_leaks=1 $(C_OUT)/test_$$t-asan; \
+	done
+
+c-valgrind: lib-c
+	set -e; for t in $(C_TESTS); do \
+		gcc $(C_CFLAGS) $(C_SRC)/test_$$t.c $(C_LINK) -o $(C_OUT)/test_$$t; \
+		$(C_VALGRIND) $(C_OUT)/test_$$t; \
+	done
+
+## The static library links and works alone.
+c-static: lib-c
+	gcc $(C_CFLAGS) $(C_SRC)/test_governor.c -Ibindings-c/include $(C_LIB_DIR)/libllmgov.a \
+		$$($(C_PKG) --libs-only-other --libs-only-l --static llmgov | sed 's/-lllmgov//') -o $(C_OUT)/test_governor-static
+	$(C_OUT)/test_governor-static
+
+## The quick starts of README.md and bindings-c/README.md, run as written:
+## the first ```c and ```go blocks from each one's "Quick start (C)" and
+## "Quick start (Go)" headings.
+C_QUICKSTART = awk '/^\#\# Quick start \($(2)\)/{s=1} s&&/^```$(3)$$/{f=1;next} f&&/^```$$/{exit} f' $(1)
+c-readme: lib-c
+	set -e; for readme in README.md bindings-c/README.md; do \
+		$(call C_QUICKSTART,$$readme,C,c) > $(C_OUT)/quickstart.c; \
+		gcc $(C_CFLAGS) $(C_ASAN) $(C_OUT)/quickstart.c $(C_LINK) -o $(C_OUT)/quickstart; \
+		$(C_OUT)/quickstart > $(C_OUT)/quickstart.out; \
+		grep -q 'retry after [0-9]* ms$$' $(C_OUT)/quickstart.out; \
+		mkdir -p $(C_OUT)/quickstart_go; \
+		$(call C_QUICKSTART,$$readme,Go,go) > $(C_OUT)/quickstart_go/main.go; \
+		printf 'module quickstart\n\ngo 1.24\n\nrequire llmgov.dev/llmgov v0.0.0\n\nreplace llmgov.dev/llmgov => %s\n' \
+			$(CURDIR)/bindings-c/go > $(C_OUT)/quickstart_go/go.mod; \
+		(cd $(C_OUT)/quickstart_go && $(C_GO_ENV) go run . > ../quickstart_go.out); \
+		grep -q 'retry after [0-9.]*s$$' $(C_OUT)/quickstart_go.out; \
+		echo "$$readme: quick starts ran: $$(cat $(C_OUT)/quickstart.out) / $$(cat $(C_OUT)/quickstart_go.out)"; \
+	done
+
+test-go: lib-c
+	cd bindings-c/go && $(C_GO_ENV) go vet ./... && $(C_GO_ENV) go test -count=1 ./...
+
+## The round trip from C and from Go (cgo included) beside Rust's, in one
+## run, release build: the figures in BENCHMARKS.md.
+bench-c:
+	$(CARGO) build --release -p llmgov-c
+	@mkdir -p $(C_OUT)
+	gcc -std=c11 -O2 -Wall -Wextra -Werror -Ibindings-c/include bindings-c/bench/roundtrip.c \
+		-L$(C_TARGET_DIR)/release -lllmgov -Wl,-rpath,$(C_TARGET_DIR)/release -o $(C_OUT)/bench_roundtrip
+	$(C_OUT)/bench_roundtrip
+	cd bindings-c/go && CGO_ENABLED=1 CGO_LDFLAGS="-L$(C_TARGET_DIR)/release -Wl,-rpath,$(C_TARGET_DIR)/release" \
+		go test -run '^$$' -bench TryAcquireSettle -benchtime 2000000x -count 5 .
+	$(CARGO) bench -p llmgov-c --bench roundtrip
