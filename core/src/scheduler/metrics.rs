@@ -32,7 +32,8 @@ pub struct ClassMetrics {
     pub max_wait_ms: u64,
     /// The longest wait of a request admitted so far, in milliseconds.
     pub longest_admitted_wait_ms: u64,
-    /// Waiters admitted.
+    /// Waiters admitted. A request admitted at once while nobody waits
+    /// never queues and is not counted here (the snapshot counts it).
     pub admitted: u64,
     /// Waiters whose deadline passed while they waited.
     pub expired: u64,

@@ -140,6 +140,16 @@ impl Waiting {
         timeout: Option<Duration>,
     ) -> Result<Entry> {
         let now = clock.now();
+        if self.depth.load(Ordering::SeqCst) == 0 {
+            // Nobody waits, so nobody holds a line: the ledger decides, and
+            // only a request that must wait takes the lock. (A waiter queued
+            // meanwhile by another thread is passed as by `try_acquire`.)
+            match ledger.try_acquire(&request, now) {
+                Ok(permit) => return Ok(Entry::Admitted(permit)),
+                Err(crate::Error::RateLimited { .. }) => {}
+                Err(error) => return Err(error),
+            }
+        }
         let deadline = timeout.map(|t| now.saturating_add(crate::time::duration_ns(t)));
         let mut state = self.state.lock();
         let id = state.scheduler.submit(ledger, request, class_name, deadline, now)?;
