@@ -312,6 +312,12 @@ impl Governor {
         self.waiting.metrics(self.clock.now())
     }
 
+    /// Every limit, counter, breaker and queue now, in the Prometheus text
+    /// format (OpenMetrics), for an application's `/metrics` endpoint.
+    pub fn prometheus(&self) -> String {
+        crate::prometheus::exposition(&self.snapshot(), &self.queue_metrics())
+    }
+
     /// Every scope and counter now.
     pub fn snapshot(&self) -> Snapshot {
         self.ledger.snapshot(self.clock.now())

@@ -46,6 +46,7 @@ mod dimension;
 mod error;
 pub mod feedback;
 mod governor;
+mod prometheus;
 pub mod ledger;
 pub mod scheduler;
 mod snapshot;

@@ -111,7 +111,9 @@ impl Pace {
     pub fn units_in(&self, shape: Shape, ns: i128) -> i64 {
         match self.unit_ns(shape) {
             None => shape.params.units_in(ns),
-            Some(unit) => (ns as f64 / unit).floor().clamp(i64::MIN as f64, i64::MAX as f64) as i64,
+            // The epsilon absorbs the float error of `tau / unit` (20999.99…
+            // for 21000), which the ceiling in `charge_ns` absorbs too.
+            Some(unit) => (ns as f64 / unit + 1e-6).floor().clamp(i64::MIN as f64, i64::MAX as f64) as i64,
         }
     }
 
