@@ -1,0 +1,62 @@
+-- Exact mode: reserve every limit of one shared scope, all or nothing.
+-- KEYS[1] state hash (GCRA theoretical arrival times, epoch)
+-- KEYS[2] concurrency slots (sorted set: slot id -> expiry, microseconds)
+-- ARGV[1] epoch this process saw last ("" if none)   ARGV[2] fresh epoch to write if state is missing
+-- ARGV[3] safe share fraction (0, 1]                   ARGV[4] slot id   ARGV[5] slot TTL (us)
+-- then per limit, 4 values: kind ("g" rate, "c" concurrency), a, b, cost
+--   g: a = microseconds per unit (emission interval), b = burst (units)
+--   c: a = capacity, b = unused
+-- Returns {1, epoch, reset} on admission, {0, limit index (1-based), retry us or -1, epoch, reset} on refusal.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local state, slots = KEYS[1], KEYS[2]
+local epoch = redis.call('HGET', state, 'epoch')
+local reset = 0
+local n = (#ARGV - 5) / 4
+if not epoch then
+  epoch = ARGV[2]
+  redis.call('HSET', state, 'epoch', epoch)
+  if ARGV[1] ~= '' then
+    -- The state vanished (a restart lost it) after this process saw it:
+    -- start every rate limit holding only the safe share, never a full bucket.
+    reset = 1
+    local share = tonumber(ARGV[3])
+    for i = 1, n do
+      local base = 5 + (i - 1) * 4
+      if ARGV[base + 1] == 'g' then
+        local interval, burst = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
+        local held = math.floor(burst * share)
+        redis.call('HSET', state, 'tat' .. i, string.format('%.0f', now + (burst - held) * interval))
+      end
+    end
+  end
+end
+local tats = {}
+for i = 1, n do
+  local base = 5 + (i - 1) * 4
+  local kind, a, b, cost = ARGV[base + 1], tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
+  if kind == 'g' then
+    local tat = tonumber(redis.call('HGET', state, 'tat' .. i) or now)
+    if tat < now then tat = now end
+    local new_tat = tat + math.ceil(cost * a)
+    local over = new_tat - now - b * a
+    if over > 0 then
+      return {0, i, math.ceil(over), epoch, reset}
+    end
+    tats[i] = new_tat
+  elseif cost > 0 then
+    redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+    if redis.call('ZCARD', slots) + cost > a then
+      return {0, i, -1, epoch, reset}
+    end
+  end
+end
+for i = 1, n do
+  local base = 5 + (i - 1) * 4
+  if ARGV[base + 1] == 'g' then
+    redis.call('HSET', state, 'tat' .. i, string.format('%.0f', tats[i]))
+  elseif tonumber(ARGV[base + 4]) > 0 then
+    redis.call('ZADD', slots, now + tonumber(ARGV[5]), ARGV[4])
+  end
+end
+return {1, epoch, reset}

@@ -1,0 +1,33 @@
+-- Exact mode: reconcile one shared scope's reservation with actual usage.
+-- KEYS[1] state hash   KEYS[2] concurrency slots
+-- ARGV[1] epoch the reservation was made under   ARGV[2] slot id ("" if none)
+-- then per rate limit, 3 values: limit index, microseconds per unit, delta (actual - reserved units)
+-- A refund (negative delta) gives capacity back, never past a full bucket; a
+-- charge (positive delta) takes it, into debt if need be. When the state was
+-- lost since the reservation (the epoch changed), refunds are dropped: the
+-- new state never held them. Returns the number of limits touched.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local state, slots = KEYS[1], KEYS[2]
+if ARGV[2] ~= '' then
+  redis.call('ZREM', slots, ARGV[2])
+end
+local same_epoch = redis.call('HGET', state, 'epoch') == ARGV[1]
+local touched = 0
+for base = 3, #ARGV, 3 do
+  local field = 'tat' .. ARGV[base]
+  local interval, delta = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
+  if delta > 0 or (delta < 0 and same_epoch) then
+    local tat = tonumber(redis.call('HGET', state, field) or now)
+    if delta > 0 then
+      if tat < now then tat = now end
+      tat = tat + math.ceil(delta * interval)
+    else
+      tat = tat + math.floor(delta * interval)
+      if tat < now then tat = now end
+    end
+    redis.call('HSET', state, field, string.format('%.0f', tat))
+    touched = touched + 1
+  end
+end
+return touched

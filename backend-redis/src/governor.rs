@@ -1,0 +1,394 @@
+//! [`RedisGovernor`]: the core's governor for local scopes, Redis for
+//! shared ones, and the safe local share while Redis is away.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use llmgov::{Clock, Config, Governor, Ledger, MonotonicClock, Permit, Request, Route, Usage};
+use parking_lot::Mutex;
+
+use crate::errors::{Error, Result};
+use crate::health::{Health, HealthState};
+use crate::heartbeat::Heartbeat;
+use crate::settings::{RedisConfig, Settings};
+use crate::shared::{self, Kind, SharedScope};
+use crate::store::{Admission, Ask, Reconcile, Store};
+
+const DEFAULT_PERMIT_TTL: Duration = Duration::from_secs(600);
+
+/// A governor whose shared scopes are enforced across processes through
+/// Redis; see the crate docs.
+pub struct RedisGovernor {
+    inner: Arc<Inner>,
+    _heartbeat: Option<Heartbeat>,
+}
+
+/// Where a request's scopes are enforced; resolve once, reuse.
+#[derive(Debug, Clone)]
+pub struct SharedRoute {
+    local: Option<Route>,
+    fallback: Option<Route>,
+    shared: Box<[usize]>,
+}
+
+/// A granted reservation: settle or cancel it once.
+#[derive(Debug)]
+pub struct SharedPermit {
+    local: Option<Permit>,
+    fallback: Option<Permit>,
+    holds: Vec<Hold>,
+    reconciled: bool,
+}
+
+impl SharedPermit {
+    /// Whether the shared part came from the safe local share (Redis was away).
+    pub fn from_fallback(&self) -> bool {
+        self.fallback.is_some()
+    }
+}
+
+/// One shared scope's reservation in Redis.
+#[derive(Debug)]
+struct Hold {
+    scope: usize,
+    epoch: String,
+    slot: Option<String>,
+    reserved: Vec<u64>,
+}
+
+pub(crate) struct Inner {
+    settings: Settings,
+    pub(crate) scopes: Vec<SharedScope>,
+    index: HashMap<String, usize>,
+    catalog: Ledger,
+    local: Governor,
+    fallback: Governor,
+    clock: Arc<dyn Clock>,
+    pub(crate) store: Store,
+    process_id: String,
+    next_slot: AtomicU64,
+    permit_ttl_ns: u64,
+    /// The state epoch each shared scope had when this process last saw it.
+    epochs: Vec<Mutex<Option<String>>>,
+    /// Concurrency slots held per shared scope, with when their permit expires.
+    pub(crate) held: Vec<Mutex<HashMap<String, u64>>>,
+    health: HealthState,
+}
+
+impl RedisGovernor {
+    /// Builds from a TOML config: the core's sections plus `[redis]` (see
+    /// [`crate::settings`]). A missing `redis.url` is read from `LLMGOV_REDIS_URL`.
+    pub fn from_toml(text: &str) -> Result<Self> {
+        Self::from_toml_with_clock(text, Arc::new(MonotonicClock::new()))
+    }
+
+    /// As [`RedisGovernor::from_toml`], with the clock that decides local
+    /// limits, permit expiry and reconnection pacing (Redis limits use Redis `TIME`).
+    pub fn from_toml_with_clock(text: &str, clock: Arc<dyn Clock>) -> Result<Self> {
+        let mut value: serde_json::Value =
+            toml::from_str(text).map_err(|e| Error::config("<toml>", "", e.message().to_owned()))?;
+        let section = value.as_object_mut().and_then(|table| table.remove("redis")).ok_or_else(|| {
+            Error::config("redis", "", "missing: a [redis] section names the server and shared scopes")
+        })?;
+        let raw: RedisConfig = serde_path_to_error::deserialize(section)
+            .map_err(|e| Error::config(format!("redis.{}", e.path()), "", e.inner().to_string()))?;
+        let settings = Settings::compile(raw, std::env::var("LLMGOV_REDIS_URL").ok())?;
+        let config = Config::from_value(value)?;
+        Self::new(config, settings, clock)
+    }
+
+    /// Builds from a parsed core config and validated settings.
+    pub fn new(config: Config, settings: Settings, clock: Arc<dyn Clock>) -> Result<Self> {
+        let scopes = shared::compile(&config, &settings)?;
+        let index = scopes.iter().enumerate().map(|(i, s)| (s.path.to_string(), i)).collect();
+        let permit_ttl_ns = match &config.permit_ttl {
+            Some(text) => humantime::parse_duration(text)
+                .map_err(|e| Error::config("permit_ttl", text, e.to_string()))?
+                .as_nanos() as u64,
+            None => DEFAULT_PERMIT_TTL.as_nanos() as u64,
+        };
+        let store = Store::new(&settings.url, settings.timeout)
+            .map_err(|e| Error::config("redis.url", crate::settings::redact(&settings.url), e.to_string()))?;
+        let inner = Arc::new(Inner {
+            catalog: Ledger::new(&config)?,
+            local: Governor::with_clock(&shared::local_config(&config, &settings), clock.clone())?,
+            fallback: Governor::with_clock(&shared::fallback_config(&config, &settings), clock.clone())?,
+            clock,
+            store,
+            process_id: format!("{:016x}", rand::random::<u64>()),
+            next_slot: AtomicU64::new(0),
+            permit_ttl_ns,
+            epochs: scopes.iter().map(|_| Mutex::new(None)).collect(),
+            held: scopes.iter().map(|_| Mutex::new(HashMap::new())).collect(),
+            health: HealthState::default(),
+            index,
+            scopes,
+            settings,
+        });
+        let heartbeat = inner.scopes.iter().any(SharedScope::has_slots).then(|| Heartbeat::start(inner.clone()));
+        Ok(RedisGovernor { inner, _heartbeat: heartbeat })
+    }
+
+    /// Resolves request paths (and their configured ancestors) into local
+    /// and shared parts.
+    pub fn route<S: AsRef<str>>(&self, paths: &[S]) -> Result<SharedRoute> {
+        let inner = &self.inner;
+        let all = inner.catalog.route(paths)?;
+        let mut local = Vec::new();
+        let mut shared = Vec::new();
+        for id in inner.catalog.route_scopes(all)? {
+            let path = inner.catalog.scope_path(id)?;
+            match inner.index.get(path) {
+                Some(&i) => shared.push(i),
+                None => local.push(path.to_owned()),
+            }
+        }
+        let shared_paths: Vec<&str> = shared.iter().map(|&i| &*inner.scopes[i].path).collect();
+        Ok(SharedRoute {
+            local: (!local.is_empty()).then(|| inner.local.route(&local)).transpose()?,
+            fallback: (!shared.is_empty()).then(|| inner.fallback.route(&shared_paths)).transpose()?,
+            shared: shared.into(),
+        })
+    }
+
+    /// Reserves `estimate` (input tokens, cached input, and `max_tokens` as
+    /// output) on every scope of `route`, or nothing.
+    pub fn try_acquire(&self, route: &SharedRoute, estimate: Usage) -> Result<SharedPermit> {
+        self.inner.try_acquire(route, estimate)
+    }
+
+    /// Reconciles the permit with the provider's actual usage: refunds what
+    /// was over-reserved, charges what was under, frees concurrency slots.
+    pub fn settle(&self, permit: &mut SharedPermit, actual: Usage) -> Result<()> {
+        self.inner.reconcile(permit, Some(actual))
+    }
+
+    /// Gives the whole reservation back (the request was never sent).
+    pub fn cancel(&self, permit: &mut SharedPermit) -> Result<()> {
+        self.inner.reconcile(permit, None)
+    }
+
+    /// The link to Redis and the fallback counters.
+    pub fn health(&self) -> Health {
+        self.inner.health.read()
+    }
+
+    /// The validated `[redis]` settings.
+    pub fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+
+    /// The local engine of the non-shared scopes (snapshots, queues, feedback).
+    pub fn local(&self) -> &Governor {
+        &self.inner.local
+    }
+
+    /// Refreshes every concurrency slot this process holds now (the
+    /// background heartbeat calls this every third of `slot_ttl`).
+    pub fn heartbeat(&self) {
+        self.inner.heartbeat();
+    }
+}
+
+fn request(route: Route, estimate: Usage) -> Request {
+    Request::new(route)
+        .input_tokens(estimate.input_tokens)
+        .cached_input_tokens(estimate.cached_input_tokens)
+        .max_output_tokens(estimate.output_tokens)
+}
+
+impl Inner {
+    fn try_acquire(&self, route: &SharedRoute, estimate: Usage) -> Result<SharedPermit> {
+        self.check_fits(route, &estimate)?;
+        let local = match route.local {
+            Some(r) => Some(self.local.try_acquire(&request(r, estimate)).map_err(Error::from_core)?),
+            None => None,
+        };
+        let mut permit = SharedPermit { local, fallback: None, holds: Vec::new(), reconciled: false };
+        let Some(fallback_route) = route.fallback else { return Ok(permit) };
+        let now = self.clock.now();
+        if self.health.redis_usable(now, self.settings.retry_interval) {
+            match self.acquire_shared(&route.shared, &estimate) {
+                Ok(Ok(holds)) => {
+                    self.health.on_success();
+                    permit.holds = holds;
+                    return Ok(permit);
+                }
+                Ok(Err(denial)) => {
+                    self.health.on_success();
+                    self.release_local(&mut permit);
+                    return Err(denial);
+                }
+                Err(e) => {
+                    self.health.on_error(&e, now, self.settings.retry_interval);
+                    self.store.drop_idle();
+                }
+            }
+        }
+        match self.fallback.try_acquire(&request(fallback_route, estimate)) {
+            Ok(granted) => {
+                self.health.on_fallback_admission();
+                permit.fallback = Some(granted);
+                Ok(permit)
+            }
+            Err(e) => {
+                self.release_local(&mut permit);
+                Err(Error::from_core(e))
+            }
+        }
+    }
+
+    fn check_fits(&self, route: &SharedRoute, estimate: &Usage) -> Result<()> {
+        for &i in route.shared.iter() {
+            let scope = &self.scopes[i];
+            for limit in &scope.limits {
+                let cost = limit.cost(estimate);
+                if cost > limit.burst() {
+                    let (scope, dimension, burst) = (scope.path.clone(), limit.dimension, limit.burst());
+                    return Err(Error::NeverFits { scope, dimension, cost, burst });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn release_local(&self, permit: &mut SharedPermit) {
+        if let Some(local) = permit.local.as_mut() {
+            // A permit just granted is live: cancelling it cannot fail.
+            let _ = self.local.cancel(local);
+        }
+    }
+
+    /// One script per shared scope, in route order; a refusal (or an error)
+    /// gives back the scopes already reserved, so the request holds all or nothing.
+    fn acquire_shared(&self, shared: &[usize], estimate: &Usage) -> redis::RedisResult<Result<Vec<Hold>>> {
+        let mut holds: Vec<Hold> = Vec::with_capacity(shared.len());
+        for &i in shared {
+            match self.acquire_scope(i, estimate) {
+                Ok(Ok(hold)) => holds.push(hold),
+                other => {
+                    for hold in &holds {
+                        // Best effort: a failed give-back leaves capacity charged, never over-admits.
+                        let _ = self.reconcile_hold(hold, None);
+                    }
+                    return other.map(|denial| denial.map(|_| Vec::new()));
+                }
+            }
+        }
+        Ok(Ok(holds))
+    }
+
+    fn acquire_scope(&self, i: usize, estimate: &Usage) -> redis::RedisResult<Result<Hold>> {
+        let scope = &self.scopes[i];
+        let costs: Vec<u64> = scope.limits.iter().map(|l| l.cost(estimate)).collect();
+        let slot = scope
+            .has_slots()
+            .then(|| format!("{}:{}", self.process_id, self.next_slot.fetch_add(1, Ordering::Relaxed)));
+        let seen = self.epochs[i].lock().clone();
+        let fresh = format!("{:016x}", rand::random::<u64>());
+        let ask = Ask {
+            costs: &costs,
+            seen_epoch: seen.as_deref(),
+            fresh_epoch: &fresh,
+            safe_share: self.settings.safe_share(),
+            slot: slot.as_deref().unwrap_or(""),
+            slot_ttl_us: self.settings.slot_ttl.as_micros() as u64,
+        };
+        let answer = self.store.acquire(scope, &ask)?;
+        let (epoch, reset) = match &answer {
+            Admission::Admitted { epoch, reset } | Admission::Refused { epoch, reset, .. } => (epoch.clone(), *reset),
+        };
+        if reset {
+            self.health.on_state_reset();
+        }
+        *self.epochs[i].lock() = Some(epoch.clone());
+        match answer {
+            Admission::Admitted { .. } => {
+                if let Some(slot) = &slot {
+                    let expires = self.clock.now().saturating_add(self.permit_ttl_ns);
+                    self.held[i].lock().insert(slot.clone(), expires);
+                }
+                Ok(Ok(Hold { scope: i, epoch, slot, reserved: costs }))
+            }
+            Admission::Refused { limit, retry_us, .. } => Ok(Err(Error::RateLimited {
+                scope: scope.path.clone(),
+                dimension: scope.limits[limit].dimension,
+                retry_after: retry_us.map(Duration::from_micros),
+            })),
+        }
+    }
+
+    /// Settles (`Some(actual)`) or cancels (`None`) every part of a permit.
+    fn reconcile(&self, permit: &mut SharedPermit, actual: Option<Usage>) -> Result<()> {
+        if permit.reconciled {
+            return Err(Error::AlreadyReconciled);
+        }
+        permit.reconciled = true;
+        for (governor, part) in [(&self.local, &mut permit.local), (&self.fallback, &mut permit.fallback)] {
+            if let Some(p) = part.as_mut() {
+                match actual {
+                    Some(usage) => governor.settle(p, usage)?,
+                    None => governor.cancel(p)?,
+                }
+            }
+        }
+        let now = self.clock.now();
+        for hold in &permit.holds {
+            if let Err(e) = self.reconcile_hold(hold, actual.as_ref()) {
+                // Refunds are lost (capacity stays charged); a slot comes back after its TTL.
+                self.health.on_error(&e, now, self.settings.retry_interval);
+                self.store.drop_idle();
+            }
+        }
+        Ok(())
+    }
+
+    fn reconcile_hold(&self, hold: &Hold, actual: Option<&Usage>) -> redis::RedisResult<()> {
+        let scope = &self.scopes[hold.scope];
+        if let Some(slot) = &hold.slot {
+            self.held[hold.scope].lock().remove(slot);
+        }
+        let deltas: Vec<(usize, i64)> = scope
+            .limits
+            .iter()
+            .zip(&hold.reserved)
+            .enumerate()
+            .filter(|(_, (limit, _))| matches!(limit.kind, Kind::Rate { .. }))
+            .map(|(i, (limit, &reserved))| {
+                let spent = actual.map_or(0, |usage| limit.cost(usage));
+                (i, spent as i64 - reserved as i64)
+            })
+            .filter(|&(_, delta)| delta != 0)
+            .collect();
+        let reconcile = Reconcile { epoch: &hold.epoch, slot: hold.slot.as_deref(), deltas: &deltas };
+        self.store.settle(scope, &reconcile)
+    }
+
+    /// Refreshes held slots; forgets those whose permit expired unsettled.
+    pub(crate) fn heartbeat(&self) {
+        let now = self.clock.now();
+        let ttl_us = self.settings.slot_ttl.as_micros() as u64;
+        for (i, scope) in self.scopes.iter().enumerate() {
+            let slots: Vec<String> = {
+                let mut held = self.held[i].lock();
+                held.retain(|_, &mut expires| expires > now);
+                held.keys().cloned().collect()
+            };
+            if slots.is_empty() {
+                continue;
+            }
+            if let Err(e) = self.store.heartbeat(scope, &slots, ttl_us) {
+                self.health.on_error(&e, now, self.settings.retry_interval);
+                self.store.drop_idle();
+            }
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn slot_ttl(&self) -> Duration {
+        self.settings.slot_ttl
+    }
+}

@@ -1,0 +1,44 @@
+//! The background thread that keeps a live process's concurrency slots.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crate::governor::Inner;
+
+/// Refreshes held slots every third of the slot TTL until dropped, so a
+/// slot outlives its TTL only while its process lives.
+pub(crate) struct Heartbeat {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Heartbeat {
+    pub fn start(inner: Arc<Inner>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let period = inner.slot_ttl() / 3;
+        let thread = std::thread::Builder::new()
+            .name("llmgov-redis-heartbeat".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Acquire) {
+                    std::thread::park_timeout(period);
+                    if !flag.load(Ordering::Acquire) {
+                        inner.heartbeat();
+                    }
+                }
+            })
+            .expect("spawning the heartbeat thread");
+        Heartbeat { stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}

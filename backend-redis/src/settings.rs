@@ -1,0 +1,150 @@
+//! The `[redis]` section of a config: where Redis is, the key prefix, which
+//! scopes are shared and how, and the safe share when Redis is away.
+//!
+//! ```toml
+//! [redis]
+//! url = "redis://127.0.0.1:6379"   # rediss:// for TLS (feature `tls`); redis://:password@host for AUTH
+//! prefix = "prod-eu"               # one namespace per deployment
+//! expected_processes = 8           # the safe share is each limit ÷ this
+//! slot_ttl = "10s"                 # a crashed worker's concurrency slots come back after this
+//! timeout = "250ms"                # connect, read and write timeout of each Redis call
+//! retry_interval = "1s"            # how often a degraded process tries Redis again
+//!
+//! [redis.scopes."openai/org-main/gpt-4o"]
+//! mode = "exact"
+//! ```
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::errors::{Error, Result};
+
+/// How a shared scope is enforced across processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Every acquire and every settle is one Lua script on Redis: nothing
+    /// is ever admitted past the limit, at one round trip per call.
+    Exact,
+}
+
+/// One shared scope's entry under `[redis.scopes]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SharedScopeConfig {
+    /// How the scope is shared.
+    pub mode: Mode,
+}
+
+/// The `[redis]` section as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://[user][:password@]host:port[/db]`, or `rediss://` for TLS.
+    /// Left out, it is read from `LLMGOV_REDIS_URL` when the governor is built.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Namespace of every key, one per deployment: `{llmgov:<prefix>:<scope>}`.
+    pub prefix: String,
+    /// How many processes share the limits: a process that cannot reach
+    /// Redis admits at most each shared limit ÷ this.
+    pub expected_processes: u32,
+    /// Lifetime of a concurrency slot without a heartbeat. Default 10s.
+    #[serde(default)]
+    pub slot_ttl: Option<String>,
+    /// Timeout of each connect, read and write. Default 250ms.
+    #[serde(default)]
+    pub timeout: Option<String>,
+    /// How long a degraded process waits before trying Redis again. Default 1s.
+    #[serde(default)]
+    pub retry_interval: Option<String>,
+    /// The shared scopes by path; every other scope stays local.
+    #[serde(default)]
+    pub scopes: BTreeMap<String, SharedScopeConfig>,
+}
+
+/// The `[redis]` section, validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Connection URL.
+    pub url: String,
+    /// Key namespace.
+    pub prefix: String,
+    /// The divisor of the safe share.
+    pub expected_processes: u32,
+    /// Concurrency slot lifetime without a heartbeat.
+    pub slot_ttl: Duration,
+    /// Per-call I/O timeout.
+    pub timeout: Duration,
+    /// Wait between reconnection attempts while degraded.
+    pub retry_interval: Duration,
+    /// Shared scopes by path.
+    pub scopes: BTreeMap<String, Mode>,
+}
+
+impl Settings {
+    /// Validates the section; `url_fallback` stands in for a missing `url`.
+    pub fn compile(raw: RedisConfig, url_fallback: Option<String>) -> Result<Self> {
+        let url = raw
+            .url
+            .or(url_fallback)
+            .ok_or_else(|| Error::config("redis.url", "", "missing: set it in the config or in LLMGOV_REDIS_URL"))?;
+        if !(url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("unix://")) {
+            return Err(Error::config("redis.url", redact(&url), "must start with redis://, rediss:// or unix://"));
+        }
+        let prefix_ok = !raw.prefix.is_empty()
+            && raw.prefix.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !prefix_ok {
+            return Err(Error::config(
+                "redis.prefix",
+                &raw.prefix,
+                "must be non-empty letters, digits, '-', '_' or '.'",
+            ));
+        }
+        if raw.expected_processes == 0 {
+            return Err(Error::config("redis.expected_processes", 0, "must be at least 1"));
+        }
+        for path in raw.scopes.keys() {
+            if path.contains(['{', '}', '*']) {
+                return Err(Error::config(
+                    format!("redis.scopes.{path}"),
+                    path,
+                    "a shared scope is a configured path without `*`, `{` or `}`",
+                ));
+            }
+        }
+        Ok(Settings {
+            url,
+            prefix: raw.prefix,
+            expected_processes: raw.expected_processes,
+            slot_ttl: duration("redis.slot_ttl", raw.slot_ttl.as_deref(), Duration::from_secs(10))?,
+            timeout: duration("redis.timeout", raw.timeout.as_deref(), Duration::from_millis(250))?,
+            retry_interval: duration("redis.retry_interval", raw.retry_interval.as_deref(), Duration::from_secs(1))?,
+            scopes: raw.scopes.into_iter().map(|(path, scope)| (path, scope.mode)).collect(),
+        })
+    }
+
+    /// The fraction of each shared limit a process may use without Redis.
+    pub fn safe_share(&self) -> f64 {
+        1.0 / f64::from(self.expected_processes)
+    }
+}
+
+fn duration(field: &str, text: Option<&str>, default: Duration) -> Result<Duration> {
+    let Some(text) = text else { return Ok(default) };
+    match humantime::parse_duration(text) {
+        Ok(d) if d >= Duration::from_millis(1) => Ok(d),
+        Ok(_) => Err(Error::config(field, text, "must be at least 1ms")),
+        Err(e) => Err(Error::config(field, text, format!("not a duration ({e}); write e.g. 250ms, 1s, 10s"))),
+    }
+}
+
+/// A URL fit for an error message: the password replaced by `***`.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => format!("{}***{}", &url[..scheme + 3], &url[at..]),
+        _ => url.to_owned(),
+    }
+}

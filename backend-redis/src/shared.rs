@@ -1,0 +1,163 @@
+//! A shared scope's limits as Redis enforces them, read from the core's
+//! config, and the cost of a request on each.
+
+use std::sync::Arc;
+
+use llmgov::config::{Algorithm, LimitConfig, OutputReservation, ScopeConfig};
+use llmgov::{Config, Dimension, Usage};
+
+use crate::errors::{Error, Result};
+use crate::settings::Settings;
+
+const MICROS_PER_SECOND: f64 = 1e6;
+
+/// How one limit counts in Redis.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Kind {
+    /// GCRA: `interval_us` microseconds of theoretical arrival time per unit,
+    /// holding up to `burst` units.
+    Rate { interval_us: f64, burst: u64 },
+    /// Slots in a sorted set, `capacity` at once.
+    Concurrency { capacity: u64 },
+}
+
+/// One limit of a shared scope.
+#[derive(Debug, Clone)]
+pub(crate) struct SharedLimit {
+    pub dimension: Dimension,
+    pub kind: Kind,
+    pub count_cached_input: bool,
+}
+
+impl SharedLimit {
+    /// What `usage` costs on this limit (a request in flight costs one slot).
+    pub fn cost(&self, usage: &Usage) -> u64 {
+        let input = if self.count_cached_input {
+            usage.input_tokens
+        } else {
+            usage.input_tokens.saturating_sub(usage.cached_input_tokens)
+        };
+        match self.dimension {
+            Dimension::Requests | Dimension::Concurrency => 1,
+            Dimension::InputTokens => input,
+            Dimension::OutputTokens => usage.output_tokens,
+            Dimension::Tokens => input + usage.output_tokens,
+        }
+    }
+
+    /// The most this limit can ever hold at once.
+    pub fn burst(&self) -> u64 {
+        match self.kind {
+            Kind::Rate { burst, .. } => burst,
+            Kind::Concurrency { capacity } => capacity,
+        }
+    }
+}
+
+/// A scope whose limits live in Redis.
+#[derive(Debug)]
+pub(crate) struct SharedScope {
+    pub path: Arc<str>,
+    pub limits: Vec<SharedLimit>,
+    /// `{llmgov:<prefix>:<path>}:state`, a hash of GCRA times and the epoch.
+    pub state_key: String,
+    /// `{llmgov:<prefix>:<path>}:slots`, the concurrency slots.
+    pub slots_key: String,
+}
+
+impl SharedScope {
+    pub fn has_slots(&self) -> bool {
+        self.limits.iter().any(|l| matches!(l.kind, Kind::Concurrency { .. }))
+    }
+}
+
+/// Builds each shared scope from its entry in the core config.
+pub(crate) fn compile(config: &Config, settings: &Settings) -> Result<Vec<SharedScope>> {
+    let global_margin = config.safety_margin.unwrap_or(1.0);
+    settings
+        .scopes
+        .keys()
+        .map(|path| {
+            let field = format!("redis.scopes.{path}");
+            let scope = config
+                .scopes
+                .get(path)
+                .ok_or_else(|| Error::config(&field, path, "not a scope of the config's [scopes]"))?;
+            let margin = scope.safety_margin.unwrap_or(global_margin);
+            let limits = compile_limits(path, scope, margin)?;
+            // One hash tag per scope: every key of a scope lands in one
+            // Redis Cluster slot, so each script touches one slot.
+            let tag = format!("{{llmgov:{}:{path}}}", settings.prefix);
+            Ok(SharedScope {
+                path: path.as_str().into(),
+                limits,
+                state_key: format!("{tag}:state"),
+                slots_key: format!("{tag}:slots"),
+            })
+        })
+        .collect()
+}
+
+fn compile_limits(path: &str, scope: &ScopeConfig, margin: f64) -> Result<Vec<SharedLimit>> {
+    scope
+        .limits
+        .iter()
+        .enumerate()
+        .map(|(i, limit)| compile_limit(&format!("scopes.{path}.limits[{i}]"), limit, margin))
+        .collect()
+}
+
+fn compile_limit(field: &str, limit: &LimitConfig, margin: f64) -> Result<SharedLimit> {
+    let at = |name: &str| format!("{field}.{name}");
+    let amount = limit
+        .amount
+        .ok_or_else(|| Error::config(at("amount"), "", "a shared scope's limits need an amount (no discovery)"))?;
+    if limit.algorithm == Some(Algorithm::SlidingWindow) {
+        return Err(Error::config(at("algorithm"), "sliding_window", "shared scopes enforce token buckets only"));
+    }
+    if limit.reserve_output == Some(OutputReservation::Expected) {
+        return Err(Error::config(at("reserve_output"), "expected", "shared scopes reserve max_tokens only"));
+    }
+    let scaled = |n: u64| ((n as f64 * margin).floor() as u64).max(1);
+    let count_cached_input = limit.count_cached_input.unwrap_or(true);
+    if limit.dimension == Dimension::Concurrency {
+        let capacity = scaled(amount);
+        return Ok(SharedLimit {
+            dimension: limit.dimension,
+            kind: Kind::Concurrency { capacity },
+            count_cached_input,
+        });
+    }
+    let window = limit.window.as_deref().unwrap_or_default();
+    let window_s = humantime::parse_duration(window)
+        .map_err(|e| Error::config(at("window"), window, format!("not a duration ({e})")))?
+        .as_secs_f64();
+    let amount = scaled(amount);
+    let burst = limit.burst.map_or(amount, scaled);
+    let interval_us = window_s * MICROS_PER_SECOND / amount as f64;
+    Ok(SharedLimit { dimension: limit.dimension, kind: Kind::Rate { interval_us, burst }, count_cached_input })
+}
+
+/// The config a process enforces alone while Redis is away: only the shared
+/// scopes, each amount and burst cut to the safe share (at least one).
+pub(crate) fn fallback_config(config: &Config, settings: &Settings) -> Config {
+    let share = settings.safe_share();
+    let cut = |n: u64| ((n as f64 * share).floor() as u64).max(1);
+    let mut fallback = config.clone();
+    fallback.scopes.retain(|path, _| settings.scopes.contains_key(path));
+    for scope in fallback.scopes.values_mut() {
+        for limit in &mut scope.limits {
+            limit.amount = limit.amount.map(cut);
+            limit.burst = limit.burst.map(cut);
+        }
+    }
+    fallback
+}
+
+/// The config of the scopes that stay local to each process.
+pub(crate) fn local_config(config: &Config, settings: &Settings) -> Config {
+    let mut local = config.clone();
+    local.scopes.retain(|path, _| !settings.scopes.contains_key(path));
+    local.shares.retain(|path, _| !settings.scopes.contains_key(path));
+    local
+}

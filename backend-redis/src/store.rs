@@ -1,0 +1,159 @@
+//! All Redis I/O: a small pool of sync connections and the Lua scripts,
+//! each call touching the keys of one shared scope (one hash slot).
+
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use redis::{Client, Connection, RedisResult, Script, Value};
+
+use crate::shared::{Kind, SharedScope};
+
+/// Connections kept idle for reuse; more are opened under load.
+const MAX_IDLE: usize = 16;
+
+/// What the acquire script answered.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Admission {
+    /// Reserved; `epoch` is the state's generation, `reset` whether the
+    /// state was found lost and restarted at the safe share.
+    Admitted { epoch: String, reset: bool },
+    /// Refused by the limit at `limit` (0-based); `retry_us` is `None` for
+    /// concurrency.
+    Refused { limit: usize, retry_us: Option<u64>, epoch: String, reset: bool },
+}
+
+/// One shared scope's reconciliation: slot to free and GCRA deltas.
+pub(crate) struct Reconcile<'a> {
+    pub epoch: &'a str,
+    pub slot: Option<&'a str>,
+    /// `(limit index, signed delta in units)` for rate limits.
+    pub deltas: &'a [(usize, i64)],
+}
+
+/// What one acquire asks of one shared scope.
+pub(crate) struct Ask<'a> {
+    /// One cost per limit of the scope.
+    pub costs: &'a [u64],
+    /// The epoch this process saw last, if any.
+    pub seen_epoch: Option<&'a str>,
+    /// The epoch to write if the state is missing.
+    pub fresh_epoch: &'a str,
+    /// What a lost state restarts at, as a fraction of each burst.
+    pub safe_share: f64,
+    /// The concurrency slot's id ("" when the scope has none).
+    pub slot: &'a str,
+    pub slot_ttl_us: u64,
+}
+
+pub(crate) struct Store {
+    client: Client,
+    timeout: Duration,
+    idle: Mutex<Vec<Connection>>,
+    acquire: Script,
+    settle: Script,
+    heartbeat: Script,
+}
+
+impl Store {
+    pub fn new(url: &str, timeout: Duration) -> RedisResult<Self> {
+        Ok(Store {
+            client: Client::open(url)?,
+            timeout,
+            idle: Mutex::new(Vec::new()),
+            acquire: Script::new(include_str!("../lua/acquire.lua")),
+            settle: Script::new(include_str!("../lua/settle.lua")),
+            heartbeat: Script::new(include_str!("../lua/heartbeat.lua")),
+        })
+    }
+
+    /// Runs `call` on a pooled connection; a connection that failed is dropped.
+    pub fn with<T>(&self, call: impl FnOnce(&mut Connection) -> RedisResult<T>) -> RedisResult<T> {
+        let pooled = self.idle.lock().pop();
+        let mut connection = match pooled {
+            Some(c) => c,
+            None => self.connect()?,
+        };
+        let result = call(&mut connection);
+        if result.is_ok() {
+            let mut idle = self.idle.lock();
+            if idle.len() < MAX_IDLE {
+                idle.push(connection);
+            }
+        }
+        result
+    }
+
+    fn connect(&self) -> RedisResult<Connection> {
+        let connection = self.client.get_connection_with_timeout(self.timeout)?;
+        connection.set_read_timeout(Some(self.timeout))?;
+        connection.set_write_timeout(Some(self.timeout))?;
+        Ok(connection)
+    }
+
+    /// Forgets every pooled connection (after an error, they may be dead).
+    pub fn drop_idle(&self) {
+        self.idle.lock().clear();
+    }
+
+    /// Reserves the ask's costs on `scope`, all or nothing.
+    pub fn acquire(&self, scope: &SharedScope, ask: &Ask<'_>) -> RedisResult<Admission> {
+        let mut call = self.acquire.key(&scope.state_key);
+        call.key(&scope.slots_key)
+            .arg(ask.seen_epoch.unwrap_or(""))
+            .arg(ask.fresh_epoch)
+            .arg(ask.safe_share)
+            .arg(ask.slot)
+            .arg(ask.slot_ttl_us);
+        for (limit, cost) in scope.limits.iter().zip(ask.costs) {
+            match limit.kind {
+                Kind::Rate { interval_us, burst } => call.arg("g").arg(interval_us).arg(burst),
+                Kind::Concurrency { capacity } => call.arg("c").arg(capacity).arg(0),
+            };
+            call.arg(*cost);
+        }
+        let reply: Vec<Value> = self.with(|c| call.invoke(c))?;
+        parse_admission(&reply)
+    }
+
+    /// Applies a reconciliation to `scope`.
+    pub fn settle(&self, scope: &SharedScope, reconcile: &Reconcile<'_>) -> RedisResult<()> {
+        let mut call = self.settle.key(&scope.state_key);
+        call.key(&scope.slots_key).arg(reconcile.epoch).arg(reconcile.slot.unwrap_or(""));
+        for &(limit, delta) in reconcile.deltas {
+            let Kind::Rate { interval_us, .. } = scope.limits[limit].kind else { continue };
+            call.arg(limit + 1).arg(interval_us).arg(delta);
+        }
+        self.with(|c| call.invoke::<i64>(c)).map(drop)
+    }
+
+    /// Extends the expiry of `slots` held on `scope`.
+    pub fn heartbeat(&self, scope: &SharedScope, slots: &[String], ttl_us: u64) -> RedisResult<()> {
+        let mut call = self.heartbeat.key(&scope.slots_key);
+        call.arg(ttl_us);
+        for slot in slots {
+            call.arg(slot);
+        }
+        self.with(|c| call.invoke::<i64>(c)).map(drop)
+    }
+}
+
+fn parse_admission(reply: &[Value]) -> RedisResult<Admission> {
+    let int = |i: usize| -> RedisResult<i64> { Ok(redis::from_redis_value_ref(field(reply, i)?)?) };
+    let text = |i: usize| -> RedisResult<String> { Ok(redis::from_redis_value_ref(field(reply, i)?)?) };
+    if int(0)? == 1 {
+        return Ok(Admission::Admitted { epoch: text(1)?, reset: int(2)? == 1 });
+    }
+    let retry = int(2)?;
+    Ok(Admission::Refused {
+        limit: usize::try_from(int(1)? - 1).unwrap_or(0),
+        retry_us: u64::try_from(retry).ok(),
+        epoch: text(3)?,
+        reset: int(4)? == 1,
+    })
+}
+
+fn field(reply: &[Value], i: usize) -> RedisResult<&Value> {
+    reply.get(i).ok_or_else(|| {
+        redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "short reply from the acquire script"))
+    })
+}
