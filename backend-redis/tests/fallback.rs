@@ -1,0 +1,153 @@
+//! Redis stopped mid-run: each process falls back to its safe local share
+//! (limit ÷ expected processes) and says so; when Redis returns without the
+//! keys it lost, the scope restarts at the safe share, not a full bucket.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{free_port, fresh_prefix, PrivateRedis};
+use llmgov::{ManualClock, Usage};
+use llmgov_redis::{Error, RedisGovernor, SharedRoute};
+
+const LIMIT: u64 = 80;
+const PROCESSES: u64 = 8;
+const SAFE_SHARE: u64 = LIMIT / PROCESSES;
+
+fn config(url: &str, prefix: &str) -> String {
+    format!(
+        r#"
+        [scopes."openai/org/gpt-4o"]
+        limits = [{{ dimension = "requests", amount = {LIMIT}, window = "1d" }}]
+        [redis]
+        url = "{url}"
+        prefix = "{prefix}"
+        expected_processes = {PROCESSES}
+        timeout = "200ms"
+        retry_interval = "1s"
+        [redis.scopes."openai/org/gpt-4o"]
+        mode = "exact"
+        "#
+    )
+}
+
+/// Acquires and settles until refused; returns how many passed.
+fn drain(gov: &RedisGovernor, route: &SharedRoute) -> u64 {
+    let mut admitted = 0;
+    loop {
+        match gov.try_acquire(route, Usage::new(1, 1)) {
+            Ok(mut permit) => {
+                admitted += 1;
+                gov.settle(&mut permit, Usage::new(1, 1)).unwrap();
+            }
+            Err(Error::RateLimited { .. }) => return admitted,
+            Err(other) => panic!("unexpected {other}"),
+        }
+        assert!(admitted <= LIMIT, "admitted more than the whole limit");
+    }
+}
+
+#[test]
+fn redis_stopped_mid_run_falls_back_to_the_safe_share_then_recovers_without_a_full_bucket() {
+    let port = free_port();
+    let Some(mut redis) = PrivateRedis::start("redis_stopped_mid_run", port, &[]) else { return };
+    let clock = Arc::new(ManualClock::new(0));
+    let gov =
+        RedisGovernor::from_toml_with_clock(&config(&redis.url(), &fresh_prefix("fallback")), clock.clone()).unwrap();
+    let route = gov.route(&["openai/org/gpt-4o"]).unwrap();
+
+    let mut before = gov.try_acquire(&route, Usage::new(1, 1)).unwrap();
+    assert!(!before.from_fallback());
+    assert_eq!(gov.health().fallback_admissions, 0);
+
+    redis.stop();
+    // A permit granted by Redis settles without error while Redis is away.
+    gov.settle(&mut before, Usage::new(1, 1)).unwrap();
+    assert_eq!(drain(&gov, &route), SAFE_SHARE, "the safe share, not the limit");
+    let health = gov.health();
+    assert!(health.degraded, "{health:?}");
+    assert_eq!(health.fallback_admissions, SAFE_SHARE);
+    assert!(health.redis_errors >= 1 && health.last_error.is_some());
+
+    // Redis is back, empty. Before the retry interval nobody asks it.
+    let Some(_redis) = PrivateRedis::start("redis_stopped_mid_run", port, &[]) else { return };
+    assert_eq!(drain(&gov, &route), 0);
+    assert!(gov.health().degraded);
+    // After it, one probe reaches Redis, finds the state gone, and restarts
+    // it at the safe share: never the full bucket a fresh start would give.
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(drain(&gov, &route), SAFE_SHARE);
+    let health = gov.health();
+    assert!(!health.degraded, "{health:?}");
+    assert_eq!((health.recoveries, health.state_resets), (1, 1));
+    assert_eq!(health.fallback_admissions, SAFE_SHARE, "nothing more from the fallback");
+}
+
+#[test]
+fn a_process_that_never_saw_the_state_starts_a_fresh_deployment_full() {
+    let port = free_port();
+    let Some(redis) = PrivateRedis::start("fresh_deployment", port, &[]) else { return };
+    let gov = RedisGovernor::from_toml(&config(&redis.url(), &fresh_prefix("fresh"))).unwrap();
+    let route = gov.route(&["openai/org/gpt-4o"]).unwrap();
+    assert_eq!(drain(&gov, &route), LIMIT);
+    assert_eq!(gov.health().state_resets, 0);
+}
+
+#[test]
+fn auth_with_requirepass_and_no_password_in_errors() {
+    let port = free_port();
+    let secret = "s3cret-pass";
+    let Some(redis) = PrivateRedis::start("auth", port, &["--requirepass", secret]) else { return };
+    let prefix = fresh_prefix("auth");
+    let good = format!("redis://:{secret}@127.0.0.1:{}", redis.port);
+    let gov = RedisGovernor::from_toml(&config(&good, &prefix)).unwrap();
+    let route = gov.route(&["openai/org/gpt-4o"]).unwrap();
+    assert_eq!(drain(&gov, &route), LIMIT);
+    assert!(!gov.health().degraded);
+
+    let wrong = format!("redis://:wrong-pass@127.0.0.1:{}", redis.port);
+    let gov = RedisGovernor::from_toml(&config(&wrong, &prefix)).unwrap();
+    let route = gov.route(&["openai/org/gpt-4o"]).unwrap();
+    assert_eq!(drain(&gov, &route), SAFE_SHARE, "refused by AUTH: the safe share");
+    let error = gov.health().last_error.unwrap();
+    assert!(!error.contains("wrong-pass") && !error.contains(secret), "{error}");
+}
+
+#[test]
+fn config_errors_name_the_field_and_never_echo_a_password() {
+    let bad = |text: &str| RedisGovernor::from_toml(text).err().expect("refused");
+    let scope = r#"[scopes."p/s"]
+        limits = [{ dimension = "requests", amount = 10, window = "1m" }]
+    "#;
+    let with = |redis: &str| format!("{scope}\n[redis]\n{redis}");
+    let err = bad(&with("url = \"http://:pw@h\"\nprefix = \"p\"\nexpected_processes = 1"));
+    assert!(
+        matches!(&err, Error::InvalidConfig { field, value, .. } if field == "redis.url" && !value.contains("pw")),
+        "{err}"
+    );
+    let err = bad(&with("url = \"redis://h\"\nprefix = \"a b\"\nexpected_processes = 1"));
+    assert!(matches!(&err, Error::InvalidConfig { field, .. } if field == "redis.prefix"), "{err}");
+    let err = bad(&with("url = \"redis://h\"\nprefix = \"p\"\nexpected_processes = 0"));
+    assert!(matches!(&err, Error::InvalidConfig { field, .. } if field == "redis.expected_processes"), "{err}");
+    let err = bad(&with(
+        "url = \"redis://h\"\nprefix = \"p\"\nexpected_processes = 1\n[redis.scopes.\"p/missing\"]\nmode = \"exact\"",
+    ));
+    assert!(matches!(&err, Error::InvalidConfig { field, .. } if field == "redis.scopes.p/missing"), "{err}");
+    let err = bad(&with(
+        "url = \"redis://h\"\nprefix = \"p\"\nexpected_processes = 1\n[redis.scopes.\"p/s\"]\nmode = \"fast\"",
+    ));
+    assert!(matches!(&err, Error::InvalidConfig { field, .. } if field.starts_with("redis.scopes")), "{err}");
+    let sliding = r#"[scopes."p/s"]
+        limits = [{ dimension = "requests", amount = 10, window = "1m", algorithm = "sliding_window" }]
+        [redis]
+        url = "redis://h"
+        prefix = "p"
+        expected_processes = 1
+        [redis.scopes."p/s"]
+        mode = "exact"
+    "#;
+    let err = bad(sliding);
+    assert!(matches!(&err, Error::InvalidConfig { field, .. } if field == "scopes.p/s.limits[0].algorithm"), "{err}");
+    assert_eq!(err.code(), "invalid_config");
+}
