@@ -1,0 +1,89 @@
+//! The core's [`llmgov::Snapshot`] as plain JavaScript objects (camelCase).
+
+use napi_derive::napi;
+
+/// The whole governor at one moment.
+#[napi(object)]
+pub struct Snapshot {
+    /// The clock reading the snapshot was taken at, in milliseconds.
+    pub now_ms: f64,
+    /// Requests admitted.
+    pub admitted: f64,
+    /// Requests refused for now (rate limited).
+    pub rate_limited: f64,
+    /// Requests refused because they can never fit.
+    pub never_fits: f64,
+    /// Requests admitted here and then refused by the provider (reported).
+    pub admitted_then_provider_rejected: f64,
+    /// Permits that outlived their TTL unsettled.
+    pub expired_permits: f64,
+    /// Every scope instantiated so far, in id order.
+    pub scopes: Vec<ScopeSnapshot>,
+}
+
+/// One scope at one moment.
+#[napi(object)]
+pub struct ScopeSnapshot {
+    /// The scope's path.
+    pub path: String,
+    /// Its limits, in config order.
+    pub limits: Vec<LimitSnapshot>,
+}
+
+/// One limit of one scope at one moment.
+#[napi(object)]
+pub struct LimitSnapshot {
+    /// `requests`, `input_tokens`, `output_tokens`, `tokens` or `concurrency`.
+    pub dimension: String,
+    /// `token_bucket`, `sliding_window` or `concurrency`.
+    pub algorithm: String,
+    /// The amount as configured.
+    pub configured_amount: f64,
+    /// The amount enforced, after the safety margin.
+    pub amount: f64,
+    /// The most it holds at once.
+    pub burst: f64,
+    /// Window length in milliseconds; absent for concurrency.
+    pub window_ms: Option<f64>,
+    /// What a request could take now; negative while in debt.
+    pub available: f64,
+    /// What is taken: charged and not yet refilled or aged out, or in flight.
+    pub in_use: f64,
+    /// Output and token limits: `max_tokens` or `expected`.
+    pub reserves_output: Option<String>,
+    /// Concurrency only: permits that expired holding a slot here.
+    pub expired: Option<f64>,
+}
+
+/// Converts the core's snapshot. Every count is below 2^53 (the core caps
+/// amounts there), so numbers are exact.
+pub fn snapshot(s: &llmgov::Snapshot) -> Snapshot {
+    Snapshot {
+        now_ms: s.now_ms as f64,
+        admitted: s.admitted as f64,
+        rate_limited: s.rate_limited as f64,
+        never_fits: s.never_fits as f64,
+        admitted_then_provider_rejected: s.admitted_then_provider_rejected as f64,
+        expired_permits: s.expired_permits as f64,
+        scopes: s
+            .scopes
+            .iter()
+            .map(|scope| ScopeSnapshot { path: scope.path.clone(), limits: scope.limits.iter().map(limit).collect() })
+            .collect(),
+    }
+}
+
+fn limit(l: &llmgov::LimitSnapshot) -> LimitSnapshot {
+    LimitSnapshot {
+        dimension: l.dimension.as_str().to_owned(),
+        algorithm: l.algorithm.to_owned(),
+        configured_amount: l.configured_amount as f64,
+        amount: l.amount as f64,
+        burst: l.burst as f64,
+        window_ms: l.window_ms.map(|ms| ms as f64),
+        available: l.available as f64,
+        in_use: l.in_use as f64,
+        reserves_output: l.reserves_output.map(str::to_owned),
+        expired: l.expired.map(|n| n as f64),
+    }
+}

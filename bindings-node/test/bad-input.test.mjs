@@ -1,0 +1,119 @@
+// Bad input gets a clear error naming the field and the value, never a
+// crash, never a lost reservation.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+
+import llmgov from '../dist/index.js';
+
+const { Governor, InvalidConfigError, InvalidPathError, InvalidRequestError, UnknownScopeError, RetryPolicy, classifyResponse, countChatTokens, countTokens } = llmgov;
+
+const CONFIG = { scopes: { 'openai/gpt-4o': { limits: [{ dimension: 'tokens', amount: 100000, window: '1m' }, { dimension: 'concurrency', amount: 10 }] } } };
+const gov = () => Governor.fromJson(CONFIG, { clock: 'manual' });
+const tokensInUse = (g) => g.snapshot().scopes[0].limits[0].inUse;
+
+const BAD_NUMBERS = [
+  [-1, '-1', 'must not be negative'],
+  [NaN, 'NaN', 'must be a number, not NaN'],
+  [1.5, '1.5', 'must be a whole number'],
+  [2 ** 53, '9007199254740992', 'must be below 2^53'],
+  [Infinity, 'Infinity', 'must be below 2^53'],
+];
+const WRONG_TYPES = ['12', null, {}, 12n];
+
+function invalid(field, value) {
+  return (e) => {
+    assert.ok(e instanceof InvalidRequestError, `${e?.name}: ${e?.message}`);
+    assert.equal(e.code, 'invalid_request');
+    assert.equal(e.field, field);
+    if (value !== undefined) assert.equal(e.value, value);
+    assert.match(e.message, new RegExp(`\`${field}\``));
+    return true;
+  };
+}
+
+test('acquire: every count is checked, and a refused request takes nothing', () => {
+  const g = gov();
+  for (const field of ['inputTokens', 'cachedInputTokens', 'maxOutputTokens', 'expectedOutputTokens']) {
+    for (const [value, shown, reason] of BAD_NUMBERS) {
+      assert.throws(() => g.tryAcquire({ paths: ['openai/gpt-4o'], inputTokens: 10, [field]: value }), (e) => {
+        invalid(field, shown)(e);
+        assert.ok(e.reason.startsWith(reason), e.reason);
+        return true;
+      });
+    }
+    for (const value of WRONG_TYPES) {
+      assert.throws(() => g.tryAcquire({ paths: ['openai/gpt-4o'], [field]: value }), invalid(field));
+    }
+  }
+  assert.throws(() => g.tryAcquire({ paths: ['openai/gpt-4o'], inputTokens: 5, cachedInputTokens: 6 }), (e) => e.code === 'invalid_request');
+  assert.equal(tokensInUse(g), 0);
+  assert.equal(g.snapshot().admitted, 0);
+  assert.equal(g.livePermits(), 0);
+});
+
+test('settle, addOutput and advance: bad numbers leave the permit pending and usable', () => {
+  const g = gov();
+  const permit = g.tryAcquire({ paths: ['openai/gpt-4o'], inputTokens: 100, maxOutputTokens: 100 });
+  for (const field of ['inputTokens', 'outputTokens', 'cachedInputTokens']) {
+    for (const [value, shown] of BAD_NUMBERS) {
+      assert.throws(() => permit.settle({ inputTokens: 1, outputTokens: 1, [field]: value }), invalid(field, shown));
+    }
+    assert.throws(() => permit.settle({ inputTokens: 1, outputTokens: 1, [field]: '3' }), invalid(field));
+  }
+  for (const [value, shown] of BAD_NUMBERS) assert.throws(() => permit.addOutput(value), invalid('tokens', shown));
+  assert.throws(() => permit.settle(null), invalid('usage'));
+  assert.throws(() => permit.settle({ prompt_tokens: -5, completion_tokens: 1 }), invalid('inputTokens', '-5'));
+  assert.equal(permit.state, 'pending');
+  assert.equal(tokensInUse(g), 200);
+  permit.settle({ inputTokens: 100, outputTokens: 10 });
+  assert.equal(tokensInUse(g), 110);
+  assert.throws(() => g.advance(-1), invalid('ms', '-1'));
+  assert.throws(() => g.advance('1'), invalid('ms'));
+});
+
+test('paths and routes: wrong types, malformed and unknown paths', () => {
+  const g = gov();
+  assert.throws(() => g.tryAcquire({ paths: 'openai/gpt-4o' }), invalid('paths'));
+  assert.throws(() => g.tryAcquire({ paths: [1] }), invalid('paths'));
+  assert.throws(() => g.tryAcquire({ paths: [] }), (e) => e.code === 'invalid_request');
+  assert.throws(() => g.tryAcquire({}), invalid('paths'));
+  assert.throws(() => g.tryAcquire(null), invalid('request'));
+  assert.throws(() => g.tryAcquire({ paths: ['openai//gpt-4o'] }), (e) => e instanceof InvalidPathError && e.path === 'openai//gpt-4o');
+  assert.throws(() => g.tryAcquire({ paths: ['anthropic/claude'] }), (e) => e instanceof UnknownScopeError && e.path === 'anthropic/claude');
+  assert.throws(() => g.tryAcquire({ route: 99 }), invalid('route', '99'));
+  assert.throws(() => g.tryAcquire({ route: -1 }), invalid('route', '-1'));
+  assert.throws(() => g.tryAcquire({ route: '0' }), invalid('route'));
+  assert.throws(() => g.tryAcquire({ paths: ['openai/gpt-4o'], klass: 7 }), invalid('klass'));
+});
+
+test('configs: a bad field is named with its value', () => {
+  assert.throws(() => Governor.fromToml('[scopes.a]\nlimits = [{ dimension = "tokens", amount = 0, window = "1m" }]'), (e) => {
+    assert.ok(e instanceof InvalidConfigError);
+    assert.equal(e.code, 'invalid_config');
+    assert.equal(e.field, 'scopes.a.limits[0].amount');
+    assert.equal(e.value, '0');
+    return true;
+  });
+  assert.throws(() => Governor.fromJson('{"scopes": {"a": {"limits": [{"dimension": "tokenz", "amount": 1, "window": "1m"}]}}}'), InvalidConfigError);
+  assert.throws(() => Governor.fromJson('{not json'), InvalidConfigError);
+  assert.throws(() => Governor.fromToml('[scopes.a]\nlimitz = []'), InvalidConfigError);
+  assert.throws(() => Governor.fromToml(42), invalid('toml'));
+  assert.throws(() => Governor.fromToml('[scopes.a]', { clock: 'sundial' }), invalid('clock'));
+  assert.throws(() => new RetryPolicy({ budgetRatio: 2 }), (e) => e instanceof InvalidConfigError && e.field === 'retry.budget.ratio');
+  assert.throws(() => new RetryPolicy({ baseDelayMs: -1 }), invalid('baseDelayMs', '-1'));
+});
+
+test('feedback and counting: bad statuses, headers and messages', () => {
+  assert.throws(() => classifyResponse(1000), invalid('status', '1000'));
+  assert.throws(() => classifyResponse('429'), invalid('status'));
+  assert.throws(() => classifyResponse(429, [['only-a-name']]), invalid('headers'));
+  assert.throws(() => classifyResponse(429, {}, '', { provider: 'acme' }), invalid('provider', 'acme'));
+  assert.throws(() => countTokens(5), invalid('text'));
+  assert.throws(() => countChatTokens('hi', 'gpt-4o'), invalid('messages'));
+  // Garbage bodies and headers are read, not crashed on.
+  const c = classifyResponse(429, { 'retry-after': 'soon', 'x-ratelimit-reset-tokens': '∞' }, '\u0000{{{');
+  assert.equal(c.kind, 'rate_limited');
+  assert.equal(countChatTokens([{ role: 'user', content: [{ type: 'weird' }] }, { no: 'role' }], 'gpt-4o') > 0, true);
+  const policy = new RetryPolicy();
+  assert.throws(() => policy.advise({ attempt: -1 }), invalid('attempt'));
+});

@@ -1,0 +1,60 @@
+// The README's quick start and the examples run as a user runs them.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { startMock } from './helpers/mock-server.mjs';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+const run = (file, env = {}) =>
+  execFileSync(process.execPath, [file], { cwd: root, encoding: 'utf8', env: { ...process.env, ...env }, timeout: 60_000 });
+
+test("the README's quick start runs", () => {
+  const readme = readFileSync(join(root, 'README.md'), 'utf8');
+  const block = /```js\n([\s\S]*?)```/.exec(readme)?.[1];
+  assert.ok(block, 'README.md has a ```js quick start');
+  // Inside the package, so that `import 'llmgov'` resolves to it.
+  const file = join(root, 'examples', '.readme-quickstart.mjs');
+  writeFileSync(file, block);
+  try {
+    const out = run(file);
+    assert.match(out, /tenants\/acme is out of tokens; retry after \d+ ms/);
+    assert.match(out, /admitted 2 requests/);
+  } finally {
+    rmSync(file);
+  }
+});
+
+test("the repository README's Node quick start runs", () => {
+  const readme = readFileSync(join(root, '..', 'README.md'), 'utf8');
+  const section = readme.split('## Quick start (Node)')[1] ?? '';
+  const block = /```js\n([\s\S]*?)```/.exec(section)?.[1];
+  assert.ok(block, 'README.md has a Node quick start');
+  const file = join(root, 'examples', '.readme-quickstart.mjs');
+  writeFileSync(file, block);
+  try {
+    run(file, { OPENAI_API_KEY: 'sk-test' });
+  } finally {
+    rmSync(file);
+  }
+});
+
+test('examples/quickstart.mjs runs', () => {
+  assert.match(run(join(root, 'examples', 'quickstart.mjs')), /admitted 2 requests/);
+});
+
+let mock;
+before(async () => {
+  mock = await startMock(readFileSync(join(root, '..', 'cli', 'mock', 'openai-tier1.toml'), 'utf8'));
+});
+after(async () => {
+  await mock?.stop();
+});
+
+test('examples/openai.mjs governs the OpenAI SDK against the mock server', () => {
+  const out = run(join(root, 'examples', 'openai.mjs'), { OPENAI_BASE_URL: `${mock.url}/v1` });
+  assert.match(out, /^12 answers, \d+ tokens; admitted 12, provider 429s 0$/m);
+});

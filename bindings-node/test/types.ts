@@ -1,0 +1,48 @@
+// Type-checked (never run) against the published typings by
+// scripts/check-generated.mjs: the API a TypeScript user writes compiles.
+import OpenAI from 'openai';
+import Anthropic from '@anthropic-ai/sdk';
+
+import {
+  Classification,
+  countChatTokens,
+  countTokens,
+  governedFetch,
+  Governor,
+  LlmgovError,
+  Permit,
+  RateLimitedError,
+  RetryPolicy,
+  Route,
+  Snapshot,
+  classifyResponse,
+} from '..';
+
+const gov: Governor = Governor.fromToml('[scopes."openai/org/gpt-4o"]\nlimits = []', { clock: 'manual' });
+const route: Route = gov.route(['openai/org/gpt-4o']);
+const permit: Permit = gov.tryAcquire({ route, inputTokens: countTokens('hi'), maxOutputTokens: 10, klass: 'batch' });
+permit.settle({ inputTokens: 1, outputTokens: 2, cachedInputTokens: 0 });
+permit.settle({ prompt_tokens: 1, completion_tokens: 2 });
+permit.settle({ input_tokens: 1, output_tokens: 2, cache_read_input_tokens: 0 });
+const c: Classification = permit.report(429, { 'retry-after': '1' }, '');
+const fromResponse: Promise<Classification> = permit.report(new Response(''));
+const s: Snapshot = gov.snapshot();
+const n: number = s.scopes[0].limits[0].available + countChatTokens([{ role: 'user', content: 'x' }], 'gpt-4o');
+try {
+  gov.tryAcquire({ paths: ['openai/org/gpt-4o'], messages: [], model: 'gpt-4o' });
+} catch (e) {
+  if (e instanceof RateLimitedError) {
+    const wait: number | null = e.retryAfterMs;
+    void wait;
+  } else if (e instanceof LlmgovError) {
+    const code: string = e.code;
+    void code;
+  }
+}
+const advice = new RetryPolicy({ maxRetries: 3 }).advise({ attempt: 0, status: 429 });
+const delay: number | undefined = advice.delayMs;
+const k = classifyResponse(200, new Headers()).kind;
+
+const openai = new OpenAI({ apiKey: 'x', maxRetries: 0, fetch: governedFetch(gov, fetch, { paths: ['openai/org/gpt-4o'] }) });
+const anthropic = new Anthropic({ apiKey: 'x', maxRetries: 0, fetch: governedFetch(gov, fetch, { paths: (r) => [`anthropic/${r.body?.model}`] }) });
+void [c, fromResponse, n, delay, k, openai, anthropic];

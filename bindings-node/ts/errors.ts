@@ -1,0 +1,145 @@
+/**
+ * The exception tree. Every error llmgov throws is an {@link LlmgovError}
+ * with a stable `code` (the core's `Error::code()`, the same in every
+ * language) and the fields of its kind. The addon's `errors.rs` maps the
+ * core's errors and sets the fields; this file only declares the classes.
+ */
+import native from './native';
+
+/** Base of every llmgov error. */
+export class LlmgovError extends Error {
+  /** The stable machine-readable code, e.g. `rate_limited`. */
+  readonly code: string;
+
+  constructor(message: string, code = 'llmgov_error') {
+    super(message);
+    this.code = code;
+  }
+
+  override get name(): string {
+    return this.constructor.name;
+  }
+}
+
+/** The request fits the limit in principle but not now; nothing was reserved. */
+export class RateLimitedError extends LlmgovError {
+  /** Path of the scope whose limit refused. */
+  declare readonly scope: string;
+  /** Dimension of the limit that refused. */
+  declare readonly dimension: string;
+  /**
+   * Milliseconds until this limit could admit the request (rounded up), or
+   * `null` when it waits on a release (concurrency).
+   */
+  declare readonly retryAfterMs: number | null;
+  /** `rejected_locally`: llmgov refused it; the provider never saw it. */
+  declare readonly gatewayDecision: 'rejected_locally';
+}
+
+/** The request costs more than a limit can ever hold: never retry it as is. */
+export class NeverFitsError extends LlmgovError {
+  /** Path of the scope whose limit is too small. */
+  declare readonly scope: string;
+  /** Dimension of that limit. */
+  declare readonly dimension: string;
+  /** What the request would cost on it. */
+  declare readonly cost: number;
+  /** The most that limit can ever hold at once. */
+  declare readonly burst: number;
+}
+
+/** A configuration field is wrong; nothing was built. */
+export class InvalidConfigError extends LlmgovError {
+  /** Dotted path of the field, e.g. `scopes.openai/gpt-4o.limits[0].amount`. */
+  declare readonly field: string;
+  /** The offending value as written. */
+  declare readonly value: string;
+  /** What is wrong with it. */
+  declare readonly reason: string;
+}
+
+/** A scope path is malformed. */
+export class InvalidPathError extends LlmgovError {
+  /** The path as given. */
+  declare readonly path: string;
+  /** What is wrong with it. */
+  declare readonly reason: string;
+}
+
+/** No configured scope or template matches the path or any of its ancestors. */
+export class UnknownScopeError extends LlmgovError {
+  /** The path as given. */
+  declare readonly path: string;
+}
+
+/** No preset has this name. */
+export class UnknownPresetError extends LlmgovError {
+  /** The preset name asked for. */
+  declare readonly preset: string;
+  /** The shipped presets. */
+  declare readonly known: string[];
+}
+
+/** A request field or argument is out of range or of the wrong type. */
+export class InvalidRequestError extends LlmgovError {
+  /** The field, as the caller wrote it (camelCase), e.g. `inputTokens`. */
+  declare readonly field: string;
+  /** The offending value. */
+  declare readonly value: string;
+  /** What is wrong with it. */
+  declare readonly reason: string;
+}
+
+/** The permit was already settled or cancelled. */
+export class PermitFinishedError extends LlmgovError {
+  /** `settled` or `cancelled`. */
+  declare readonly state: string;
+}
+
+/** The permit outlived its TTL: it was charged as estimated. */
+export class PermitExpiredError extends LlmgovError {}
+
+/** A waiting request was not admitted within its deadline; nothing was reserved. */
+export class DeadlineExceededError extends LlmgovError {
+  /** How long it waited, in ms (0 when refused at once: its predicted wait was longer). */
+  declare readonly waitedMs: number;
+  /** The predicted wait from now, if known: retrying sooner is futile. */
+  declare readonly retryAfterMs: number | null;
+}
+
+/** The request's traffic class already has as many waiters as its queue allows. */
+export class QueueFullError extends LlmgovError {
+  /** The class's name (empty for the default class). */
+  declare readonly klass: string;
+  /** Its queue bound. */
+  declare readonly bound: number;
+  /** The predicted time until the queue drains below its bound, if known. */
+  declare readonly retryAfterMs: number | null;
+}
+
+const CLASSES: Record<string, new (message: string, code: string) => LlmgovError> = {
+  rate_limited: RateLimitedError,
+  never_fits: NeverFitsError,
+  invalid_config: InvalidConfigError,
+  invalid_path: InvalidPathError,
+  unknown_scope: UnknownScopeError,
+  unknown_preset: UnknownPresetError,
+  invalid_request: InvalidRequestError,
+  permit_finished: PermitFinishedError,
+  permit_expired: PermitExpiredError,
+  deadline_exceeded: DeadlineExceededError,
+  queue_full: QueueFullError,
+};
+
+native.registerErrorFactory((code, message) => new (CLASSES[code] ?? LlmgovError)(message, code));
+
+/**
+ * A wrong type found before the addon is called (a string where a count
+ * belongs): the same `InvalidRequestError` the addon throws for a bad value.
+ */
+export function invalidArgument(field: string, value: unknown, reason: string): InvalidRequestError {
+  const shown = typeof value === 'string' ? JSON.stringify(value) : String(value);
+  const error = new InvalidRequestError(`invalid request: \`${field}\` = \`${shown}\`: ${reason}`, 'invalid_request');
+  Object.assign(error, { field, value: shown, reason });
+  return error;
+}

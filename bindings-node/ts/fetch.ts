@@ -1,0 +1,242 @@
+/**
+ * `governedFetch`: a `fetch` that asks the governor first. It fits as the
+ * `fetch` option of openai-node and of the Anthropic SDK, so a client is
+ * governed with one line:
+ *
+ * ```js
+ * const client = new OpenAI({ fetch: governedFetch(gov, fetch, { paths: ['openai/org/gpt-4o'] }), maxRetries: 0 });
+ * ```
+ *
+ * For each request it estimates the input from the request JSON (messages,
+ * system prompt, tools) and reads `max_tokens`; reserves (waiting for
+ * capacity, or failing at once with `wait: false`); sends; reports the
+ * answer's rate-limit headers back to the governor; settles the permit from
+ * the answer's `usage` (for a stream, from its final usage chunk, when the
+ * stream ends); and on a 429, 5xx or connection error follows the retry
+ * advice, going back through admission for each retry. Turn the SDK's own
+ * retries off (`maxRetries: 0`): one layer retries, this one.
+ */
+import native from './native';
+import { Governor, Permit, Route } from './governor';
+import { RetryPolicy, RetryOptions } from './feedback';
+import { invalidArgument } from './errors';
+import { meteredStream } from './stream';
+import { AnyUsage } from './usage';
+
+/** The request as the governed fetch sees it, for `paths` and `klass` functions. */
+export interface GovernedRequest {
+  /** The URL. */
+  url: URL;
+  /** `openai`, `anthropic` or `other`, from the URL. */
+  api: 'openai' | 'anthropic' | 'other';
+  /** The parsed JSON body, or `undefined`. */
+  body: Record<string, any> | undefined;
+  /** The request's headers. */
+  headers: Headers;
+}
+
+/** Options of {@link governedFetch}. */
+export interface GovernedFetchOptions {
+  /** Scope paths to charge, or a function of the request (per tenant, per model). */
+  paths: readonly string[] | ((request: GovernedRequest) => readonly string[]);
+  /** Traffic class, or a function of the request. */
+  klass?: string | ((request: GovernedRequest) => string | undefined);
+  /** `exact` (BPE, the default) or `fast` (the estimate) input counting. */
+  counting?: 'exact' | 'fast';
+  /** Output to reserve when a request sets no `max_tokens` (default 1024). */
+  defaultMaxOutputTokens?: number;
+  /**
+   * Add `stream_options.include_usage` to streamed OpenAI requests, so that
+   * streams settle with the provider's count rather than an estimate
+   * (default false: the stream's consumer then sees one more chunk, with
+   * empty `choices` and the usage).
+   */
+  includeUsage?: boolean;
+  /** Wait for capacity (default), or throw `RateLimitedError` at once. */
+  wait?: boolean;
+  /** Retry policy options, a shared {@link RetryPolicy}, or `false` never to retry. */
+  retry?: RetryOptions | RetryPolicy | false;
+  /** The longest one call may take, retries and waits included, in ms. */
+  deadlineMs?: number;
+  /** Called after each attempt, for logging and tests. */
+  onAttempt?: (event: AttemptEvent) => void;
+}
+
+/** One attempt's outcome, for `onAttempt`. */
+export interface AttemptEvent {
+  /** 0 for the first attempt. */
+  attempt: number;
+  /** The HTTP status, or `undefined` after a connection error. */
+  status: number | undefined;
+  /** `retry` with `delayMs`, or `done`. */
+  next: 'retry' | 'done';
+  /** With `retry`: the wait before it. */
+  delayMs?: number;
+}
+
+type Fetch = (input: any, init?: any) => Promise<Response>;
+
+function apiOf(url: URL): GovernedRequest['api'] {
+  if (url.pathname.endsWith('/messages')) return 'anthropic';
+  if (url.pathname.endsWith('/chat/completions') || url.pathname.endsWith('/completions')) return 'openai';
+  return 'other';
+}
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal!.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+const isStream = (response: Response) => (response.headers.get('content-type') ?? '').includes('text/event-stream');
+
+/** The response again, from a body already read. */
+function rebuilt(original: Response, body: ConstructorParameters<typeof Response>[0]): Response {
+  const response = new Response(body, { status: original.status, statusText: original.statusText, headers: original.headers });
+  Object.defineProperty(response, 'url', { value: original.url });
+  return response;
+}
+
+/**
+ * A `fetch` governed by `gov`: reserve, send, report, settle, retry. See the
+ * module documentation; `fetchImpl` is the fetch to send with (`fetch`).
+ */
+export function governedFetch(gov: Governor, fetchImpl: Fetch, options: GovernedFetchOptions): Fetch {
+  if (!(gov instanceof Governor)) throw invalidArgument('gov', gov, 'must be a Governor');
+  if (typeof fetchImpl !== 'function') throw invalidArgument('fetch', fetchImpl, 'must be a fetch function');
+  if (options === null || typeof options !== 'object' || options.paths === undefined) {
+    throw invalidArgument('paths', undefined, 'governedFetch needs options.paths');
+  }
+  const policy = options.retry === false ? null
+    : options.retry instanceof RetryPolicy ? options.retry
+    : new RetryPolicy(options.retry);
+  const counting = options.counting ?? 'exact';
+  const defaultMax = options.defaultMaxOutputTokens ?? 1024;
+  const routeFor = typeof options.paths === 'function' ? options.paths : (() => options.paths) as () => readonly string[];
+
+  return async function governed(input: any, init?: any): Promise<Response> {
+    const request = input instanceof Request ? input : undefined;
+    const url = new URL(request ? request.url : String(input));
+    const headers = new Headers(init?.headers ?? request?.headers);
+    const signal: AbortSignal | undefined = init?.signal ?? request?.signal ?? undefined;
+    let bodyText: string | undefined = typeof init?.body === 'string' ? init.body : undefined;
+    let body: Record<string, any> | undefined;
+    if (bodyText !== undefined) {
+      try {
+        body = JSON.parse(bodyText);
+      } catch {
+        body = undefined;
+      }
+    }
+    const api = apiOf(url);
+    const view: GovernedRequest = { url, api, body, headers };
+    if (options.includeUsage && api === 'openai' && body?.stream === true && body.stream_options?.include_usage !== true) {
+      body.stream_options = { ...body.stream_options, include_usage: true };
+      bodyText = JSON.stringify(body);
+      init = { ...init, body: bodyText };
+    }
+    const estimate = body !== undefined && bodyText !== undefined
+      ? native.nativeEstimateRequest(bodyText, api, counting)
+      : { inputTokens: 0, maxOutputTokens: undefined };
+    const route = gov.route(routeFor(view));
+    const klass = typeof options.klass === 'function' ? options.klass(view) : options.klass;
+    const admission = {
+      route,
+      inputTokens: estimate.inputTokens,
+      maxOutputTokens: estimate.maxOutputTokens ?? defaultMax,
+      klass,
+    };
+    const started = Date.now();
+    const left = () => (options.deadlineMs === undefined ? undefined : Math.max(0, options.deadlineMs - (Date.now() - started)));
+
+    for (let attempt = 0; ; attempt++) {
+      const permit = await admit(gov, admission, options.wait ?? true, signal, left());
+      if (attempt === 0) policy?.recordRequest();
+      let response: Response;
+      try {
+        response = await fetchImpl(input, init);
+      } catch (error) {
+        if (signal?.aborted) {
+          // The caller gave up: whatever was sent, nothing more will be read.
+          permit.cancel();
+          throw error;
+        }
+        // It may have reached the provider: keep the input charged.
+        permit.settle({ inputTokens: estimate.inputTokens, outputTokens: 0 });
+        const advice = policy?.advise({ attempt, deadlineInMs: left() });
+        options.onAttempt?.({ attempt, status: undefined, next: advice?.advice === 'retry_after' ? 'retry' : 'done', delayMs: advice?.delayMs });
+        if (advice?.advice !== 'retry_after') throw error;
+        await sleep(advice.delayMs ?? 0, signal);
+        continue;
+      }
+      if (response.ok) {
+        permit.report(response.status, response.headers, '');
+        options.onAttempt?.({ attempt, status: response.status, next: 'done' });
+        if (isStream(response) && response.body) {
+          const settle = (usage: AnyUsage) => settleQuietly(permit, usage);
+          return rebuilt(response, meteredStream(response.body, estimate.inputTokens, settle));
+        }
+        const text = await response.text();
+        settleQuietly(permit, usageOf(text) ?? { inputTokens: estimate.inputTokens, outputTokens: 0 });
+        return rebuilt(response, text);
+      }
+      const text = await response.text();
+      permit.report(response.status, response.headers, text);
+      if (response.status === 429 || response.status >= 500) {
+        // Refused or failed upstream: keep the request and its input charged,
+        // which paces the retries; give back the output it never produced.
+        permit.settle({ inputTokens: estimate.inputTokens, outputTokens: 0 });
+      } else {
+        permit.cancel();
+      }
+      const advice = policy?.advise({ attempt, status: response.status, headers: response.headers, body: text, deadlineInMs: left() });
+      const retry = advice?.advice === 'retry_after';
+      options.onAttempt?.({ attempt, status: response.status, next: retry ? 'retry' : 'done', delayMs: advice?.delayMs });
+      if (!retry) return rebuilt(response, text);
+      await sleep(advice!.delayMs ?? 0, signal);
+    }
+  };
+}
+
+/** Reserves: waits for capacity, or answers at once with `wait: false`. */
+async function admit(
+  gov: Governor,
+  request: { route: Route; inputTokens: number; maxOutputTokens: number; klass?: string },
+  wait: boolean,
+  signal: AbortSignal | undefined,
+  deadlineMs: number | undefined,
+): Promise<Permit> {
+  if (wait) return gov.acquire({ ...request, signal, deadlineMs });
+  return gov.tryAcquire(request);
+}
+
+/** The `usage` of a JSON answer, if it has one. */
+function usageOf(text: string): AnyUsage | undefined {
+  try {
+    const usage = JSON.parse(text)?.usage;
+    return usage && typeof usage === 'object' ? usage : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Settles, swallowing only `permit_expired` (a stream read for longer than
+ * the permit TTL): the answer has arrived and must reach the caller.
+ */
+function settleQuietly(permit: Permit, usage: AnyUsage): void {
+  try {
+    permit.settle(usage);
+  } catch (error) {
+    if ((error as { code?: string }).code !== 'permit_expired') throw error;
+  }
+}

@@ -1,0 +1,419 @@
+/**
+ * The governor and its permits: reserve before a request leaves, reconcile
+ * after. Routes, classes and permits cross into the addon as numbers; paths
+ * and class names are resolved once and cached here.
+ */
+import { readFileSync } from 'node:fs';
+
+import native, { Classification, PermitInfo, Snapshot } from './native';
+import { invalidArgument } from './errors';
+import { AnyUsage, normalizeUsage } from './usage';
+import { flattenHeaders, HeadersLike } from './headers';
+import { BodyLike, bodyText, checkStatus } from './feedback';
+import { countChatTokens, countTokens } from './tokens';
+
+export type { PermitInfo, Snapshot, ScopeSnapshot, LimitSnapshot } from './native';
+
+type NativeGovernor = InstanceType<typeof native.NativeGovernor>;
+
+/**
+ * The hot path's arguments. N-API charges about 40 ns an argument, so
+ * `tryAcquire`, `settle`, `cancel` and `addOutput` write their numbers here
+ * and call the addon with none (see `src/hot.rs`). Its own `ArrayBuffer`,
+ * so its data never moves.
+ */
+const ARGS = new Float64Array(new ArrayBuffer(8 * 8));
+native.registerArgs(ARGS);
+
+/** A resolved set of scopes: a number, valid only with the governor that made it. */
+export type Route = number & { readonly __llmgovRoute: unique symbol };
+
+/** The clock a governor reads: the real monotonic one, or a manual one for tests. */
+export type ClockKind = 'monotonic' | 'manual';
+
+/** Options of the `Governor.from*` constructors. */
+export interface GovernorOptions {
+  /** `manual` starts a clock at 0 that moves only with {@link Governor.advance}. */
+  clock?: ClockKind;
+}
+
+/** What to reserve. Give `route` or `paths`, and the input as a count, a text or messages. */
+export interface AcquireRequest {
+  /** A route from {@link Governor.route} (the fast way). */
+  route?: Route;
+  /** Scope paths; resolved to a route once and cached. */
+  paths?: readonly string[];
+  /** Estimated prompt tokens, cached ones included. */
+  inputTokens?: number;
+  /** The prompt as text, counted exactly for `model` when `inputTokens` is absent. */
+  text?: string;
+  /** Chat messages, counted for `model` when `inputTokens` is absent. */
+  messages?: readonly unknown[];
+  /** Tool definitions sent with `messages`. */
+  tools?: readonly unknown[];
+  /** The model, for counting `text` or `messages` (gpt-4o's encoding by default). */
+  model?: string;
+  /** The part of the input expected from the prompt cache. */
+  cachedInputTokens?: number;
+  /** The request's `max_tokens`. */
+  maxOutputTokens?: number;
+  /** The output expected, reserved where limits reserve the expected output. */
+  expectedOutputTokens?: number;
+  /** A traffic class name, e.g. `batch` (output lengths are learned per class). */
+  klass?: string;
+}
+
+/** What {@link Governor.acquire} waits for: a request, and how to wait. */
+export interface WaitRequest extends AcquireRequest {
+  /** Aborting it stops the wait (the request leaves the queue) and rejects with its reason. */
+  signal?: AbortSignal;
+  /** Order among the tenant's waiting requests of the class: higher first (default 0). */
+  priority?: number;
+  /** The longest to wait, in ms (the class's maximum wait caps it). */
+  deadlineMs?: number;
+}
+
+/** Numbers for the calls of {@link Governor.acquire}, for abort and errors. */
+let tickets = 0;
+
+/** Where a permit stands. */
+export type PermitState = 'pending' | 'settled' | 'cancelled' | 'expired';
+
+/** An openai-node `APIError` (or any error with a status, headers and a body). */
+export interface APIErrorLike {
+  status: number | undefined;
+  headers?: HeadersLike | null;
+  error?: unknown;
+}
+
+/** A fetch `Response`, as far as `report` reads it. */
+export interface ResponseLike {
+  status: number;
+  headers: HeadersLike;
+  clone(): { text(): Promise<string> };
+}
+
+function count(field: string, value: unknown): number {
+  if (typeof value === 'number') return value;
+  throw invalidArgument(field, value, 'must be a number');
+}
+
+function optionalCount(field: string, value: unknown): number {
+  return value === undefined ? 0 : count(field, value);
+}
+
+const isResponse = (x: unknown): x is ResponseLike =>
+  typeof x === 'object' && x !== null && typeof (x as ResponseLike).clone === 'function' && 'status' in x;
+
+/**
+ * A granted reservation. Settle it with the actual usage, or cancel it if
+ * the request was never sent; left alone, it expires after the permit TTL,
+ * charged as estimated, its concurrency slot freed. It reconciles once.
+ */
+export class Permit {
+  /** Keeps the governor alive while the permit is. */
+  readonly #gov: NativeGovernor;
+  readonly #id: number;
+  readonly #handle: number;
+  #state: PermitState = 'pending';
+  /** The route it is charged on. */
+  readonly route: Route;
+
+  /** @internal Made by {@link Governor.tryAcquire} and {@link Governor.acquire}. */
+  constructor(gov: NativeGovernor, id: number, handle: number, route: Route) {
+    this.#gov = gov;
+    this.#id = id;
+    this.#handle = handle;
+    this.route = route;
+  }
+
+  /** Where the permit stands. */
+  get state(): PermitState {
+    return this.#state;
+  }
+
+  /** What it holds now; `null` once reconciled. */
+  info(): PermitInfo | null {
+    return this.#state === 'pending' ? this.#gov.permitInfo(this.#handle) : null;
+  }
+
+  /**
+   * Reconciles with actual usage: `{ inputTokens, outputTokens, cachedInputTokens }`,
+   * or an OpenAI or Anthropic `usage` object. Refunds what was over-reserved,
+   * charges any overage (into debt if need be).
+   */
+  settle(usage: AnyUsage): void {
+    if (this.#state !== 'pending') native.NativeGovernor.finished(this.#state);
+    const u = usage as { inputTokens?: unknown; outputTokens?: unknown; cachedInputTokens?: unknown };
+    let input: number, cached: number, output: number;
+    if (u !== null && typeof u === 'object' && (u.inputTokens !== undefined || u.outputTokens !== undefined)) {
+      input = optionalCount('inputTokens', u.inputTokens);
+      cached = optionalCount('cachedInputTokens', u.cachedInputTokens);
+      output = optionalCount('outputTokens', u.outputTokens);
+    } else {
+      [input, cached, output] = normalizeUsage(usage);
+      count('inputTokens', input);
+      count('cachedInputTokens', cached);
+      count('outputTokens', output);
+    }
+    ARGS[0] = this.#id;
+    ARGS[1] = this.#handle;
+    ARGS[2] = input;
+    ARGS[3] = cached;
+    ARGS[4] = output;
+    this.#finish(native.hotSettle, 'settled');
+  }
+
+  /** Refunds everything: the request was never sent. */
+  cancel(): void {
+    if (this.#state !== 'pending') native.NativeGovernor.finished(this.#state);
+    ARGS[0] = this.#id;
+    ARGS[1] = this.#handle;
+    this.#finish(native.hotCancel, 'cancelled');
+  }
+
+  /** Charges `tokens` more streamed output (beyond the reservation it costs more). */
+  addOutput(tokens: number): void {
+    if (this.#state !== 'pending') native.NativeGovernor.finished(this.#state);
+    ARGS[0] = this.#id;
+    ARGS[1] = this.#handle;
+    ARGS[2] = count('tokens', tokens);
+    try {
+      if (native.hotAddOutput() < 0) native.throwLastError();
+    } catch (e) {
+      if ((e as { code?: string }).code === 'permit_expired') this.#state = 'expired';
+      throw e;
+    }
+  }
+
+  /**
+   * Feeds the provider's answer back into the route's provider scopes (a
+   * 429 holds the bucket it names empty until the retry-after; `remaining`
+   * headers lower buckets) and returns its classification. Settle or cancel
+   * the permit as usual afterwards.
+   *
+   * - `report(status, headers, body)`;
+   * - `report(apiError)`: an openai-node or Anthropic SDK `APIError`;
+   * - `report(response)`: a fetch `Response` (its body is read from a clone,
+   *   so a Promise is returned).
+   */
+  report(status: number, headers?: HeadersLike | null, body?: BodyLike): Classification;
+  report(error: APIErrorLike): Classification;
+  report(response: ResponseLike): Promise<Classification>;
+  report(
+    what: number | APIErrorLike | ResponseLike,
+    headers?: HeadersLike | null,
+    body?: BodyLike,
+  ): Classification | Promise<Classification> {
+    if (typeof what === 'number') return this.#report(what, headers, body);
+    if (isResponse(what)) {
+      return what.clone().text().then((text) => this.#report(what.status, what.headers, text));
+    }
+    if (typeof what === 'object' && what !== null && 'status' in what) {
+      const error = what as APIErrorLike;
+      const errorBody = error.error === undefined ? undefined : { error: error.error };
+      return this.#report(checkStatus(error.status), error.headers, errorBody);
+    }
+    throw invalidArgument('response', what, 'must be a status, a fetch Response or an SDK APIError');
+  }
+
+  #report(status: number, headers: HeadersLike | null | undefined, body: BodyLike): Classification {
+    return this.#gov.report(this.route, checkStatus(status), flattenHeaders(headers), bodyText(body));
+  }
+
+  #finish(op: () => number, state: PermitState): void {
+    try {
+      if (op() < 0) native.throwLastError();
+      this.#state = state;
+    } catch (e) {
+      if ((e as { code?: string }).code === 'permit_expired') this.#state = 'expired';
+      throw e;
+    }
+  }
+}
+
+/**
+ * A rate-limit governor: reserves every limit a request is subject to, on
+ * every scope it touches, all at once or not at all; reconciles afterwards.
+ */
+export class Governor {
+  readonly #native: NativeGovernor;
+  readonly #id: number;
+  readonly #routes = new Map<string, Route>();
+  readonly #classes = new Map<string, number>();
+
+  private constructor(gov: NativeGovernor) {
+    this.#native = gov;
+    this.#id = gov.id;
+  }
+
+  /** A governor from TOML text, or from the path of a TOML file. */
+  static fromToml(pathOrText: string, options: GovernorOptions = {}): Governor {
+    if (typeof pathOrText !== 'string') throw invalidArgument('toml', pathOrText, 'must be TOML text or a path');
+    const text = looksLikePath(pathOrText) ? readFileSync(pathOrText, 'utf8') : pathOrText;
+    return new Governor(native.NativeGovernor.fromToml(text, manual(options)));
+  }
+
+  /** A governor from JSON text or a config object (`{ scopes: { … } }`). */
+  static fromJson(textOrConfig: string | object, options: GovernorOptions = {}): Governor {
+    const text = typeof textOrConfig === 'string' ? textOrConfig : JSON.stringify(textOrConfig);
+    if (text === undefined) throw invalidArgument('config', textOrConfig, 'must be JSON text or an object');
+    return new Governor(native.NativeGovernor.fromJson(text, manual(options)));
+  }
+
+  /** A governor from a shipped preset, e.g. `openai-gpt-4o-tier1`. */
+  static fromPreset(name: string, options: GovernorOptions = {}): Governor {
+    if (typeof name !== 'string') throw invalidArgument('name', name, 'must be a preset name');
+    return new Governor(native.NativeGovernor.fromPreset(name, manual(options)));
+  }
+
+  /** Resolves scope paths into a route, once; later calls hit a cache. */
+  route(paths: readonly string[]): Route {
+    if (!Array.isArray(paths)) throw invalidArgument('paths', paths, 'must be an array of scope paths');
+    const key = paths.length === 1 ? paths[0] : paths.join('\u0000');
+    let route = this.#routes.get(key);
+    if (route === undefined) {
+      for (const p of paths) if (typeof p !== 'string') throw invalidArgument('paths', p, 'must hold strings');
+      route = this.#native.route(paths as string[]) as Route;
+      this.#routes.set(key, route);
+    }
+    return route;
+  }
+
+  /**
+   * Reserves now, or throws {@link RateLimitedError} (retry after
+   * `retryAfterMs`) or {@link NeverFitsError} (never retry as is).
+   */
+  tryAcquire(request: AcquireRequest): Permit {
+    // Everything that may call the addon first; then the buffer, then the call.
+    const route = this.#routeOf(request);
+    const input = this.#inputOf(request);
+    const cached = optionalCount('cachedInputTokens', request.cachedInputTokens);
+    const maxOutput = optionalCount('maxOutputTokens', request.maxOutputTokens);
+    const expected = request.expectedOutputTokens;
+    const expectedOutput = expected === undefined ? 0 : count('expectedOutputTokens', expected);
+    const klass = request.klass === undefined ? 0 : this.#classOf(request.klass);
+    ARGS[0] = this.#id;
+    ARGS[1] = route;
+    ARGS[2] = input;
+    ARGS[3] = cached;
+    ARGS[4] = maxOutput;
+    ARGS[5] = expected === undefined ? 0 : 1;
+    ARGS[6] = expectedOutput;
+    ARGS[7] = klass;
+    const handle = native.hotTryAcquire();
+    if (handle < 0) native.throwLastError();
+    return new Permit(this.#native, this.#id, handle, route);
+  }
+
+  /**
+   * Waits until the request can be reserved, in its class's queue (fair
+   * across tenants on token cost), and resolves to its permit. Rejects with
+   * {@link NeverFitsError} at once, {@link DeadlineExceededError} when the
+   * deadline passes (or is sure to), {@link QueueFullError}, or the signal's
+   * reason when it is aborted (the request then leaves the queue).
+   */
+  async acquire(request: WaitRequest): Promise<Permit> {
+    const signal = request?.signal;
+    signal?.throwIfAborted();
+    const route = this.#routeOf(request);
+    const priority = request.priority ?? 0;
+    if (typeof priority !== 'number' || !Number.isInteger(priority) || Math.abs(priority) > 2 ** 31 - 1) {
+      throw invalidArgument('priority', priority, 'must be an integer of at most 2^31 - 1 either way');
+    }
+    const expected = request.expectedOutputTokens;
+    const deadline = request.deadlineMs;
+    const ticket = (tickets = (tickets + 1) >>> 0);
+    const waiting = native.acquireStart({
+      governor: this.#id,
+      ticket,
+      route,
+      inputTokens: this.#inputOf(request),
+      cachedInputTokens: optionalCount('cachedInputTokens', request.cachedInputTokens),
+      maxOutputTokens: optionalCount('maxOutputTokens', request.maxOutputTokens),
+      expectedOutputTokens: expected === undefined ? undefined : count('expectedOutputTokens', expected),
+      classNumber: request.klass === undefined ? 0 : this.#classOf(request.klass),
+      priority,
+      deadlineMs: deadline === undefined ? undefined : count('deadlineMs', deadline),
+    });
+    let handle: number;
+    if (typeof waiting === 'number') {
+      handle = waiting; // admitted at once
+    } else {
+      const abort = () => native.acquireAbort(ticket);
+      signal?.addEventListener('abort', abort, { once: true });
+      try {
+        handle = await waiting;
+      } finally {
+        signal?.removeEventListener('abort', abort);
+      }
+    }
+    if (handle < 0 && native.acquireError(ticket)) throw signal?.reason;
+    const permit = new Permit(this.#native, this.#id, handle, route);
+    if (signal?.aborted) {
+      // Granted as the signal fired: the caller has gone, give it back.
+      permit.cancel();
+      throw signal.reason;
+    }
+    return permit;
+  }
+
+  /** Every scope and counter now. */
+  snapshot(): Snapshot {
+    return this.#native.snapshot();
+  }
+
+  /** Moves a manual clock forward by `ms` milliseconds. */
+  advance(ms: number): void {
+    this.#native.advance(count('ms', ms));
+  }
+
+  /** The governor clock's reading, in milliseconds. */
+  nowMs(): number {
+    return this.#native.nowMs();
+  }
+
+  /** Permits handed out and neither reconciled nor expired and swept. */
+  livePermits(): number {
+    return this.#native.livePermits();
+  }
+
+  #routeOf(request: AcquireRequest): Route {
+    if (request === null || typeof request !== 'object') {
+      throw invalidArgument('request', request, 'must be an object such as { paths, inputTokens }');
+    }
+    const route = request.route;
+    if (typeof route === 'number') return route;
+    if (route !== undefined) throw invalidArgument('route', route, 'must be a route from gov.route(paths)');
+    if (request.paths === undefined) throw invalidArgument('paths', undefined, 'give `route` or `paths`');
+    return this.route(request.paths);
+  }
+
+  #inputOf(request: AcquireRequest): number {
+    if (request.inputTokens !== undefined) return count('inputTokens', request.inputTokens);
+    if (request.text !== undefined) return countTokens(request.text, request.model);
+    if (request.messages !== undefined) return countChatTokens(request.messages, request.model ?? 'gpt-4o', request.tools);
+    return 0;
+  }
+
+  #classOf(name: unknown): number {
+    if (typeof name !== 'string') throw invalidArgument('klass', name, 'must be a class name');
+    let id = this.#classes.get(name);
+    if (id === undefined) {
+      id = this.#native.classId(name);
+      this.#classes.set(name, id);
+    }
+    return id;
+  }
+}
+
+function manual(options: GovernorOptions): boolean {
+  const clock = options?.clock ?? 'monotonic';
+  if (clock !== 'manual' && clock !== 'monotonic') throw invalidArgument('clock', clock, "must be 'monotonic' or 'manual'");
+  return clock === 'manual';
+}
+
+/** One line, no TOML syntax: a path (Python's `from_toml(path_or_text)` reads it the same way). */
+function looksLikePath(text: string): boolean {
+  return !/[\n=[]/.test(text);
+}

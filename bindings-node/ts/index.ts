@@ -1,0 +1,36 @@
+/**
+ * llmgov: a rate-limit governor for LLM APIs.
+ *
+ * ```js
+ * const { Governor } = require('llmgov');
+ * const gov = Governor.fromPreset('openai-gpt-4o-tier1');
+ * const route = gov.route(['openai/org/gpt-4o']);
+ * const permit = gov.tryAcquire({ route, inputTokens: 1200, maxOutputTokens: 300 });
+ * // … call the provider …
+ * permit.settle({ inputTokens: 1180, outputTokens: 212 });
+ * ```
+ */
+export { Governor, Permit } from './governor';
+export type { AcquireRequest, APIErrorLike, WaitRequest, ClockKind, GovernorOptions, PermitState, ResponseLike, Route } from './governor';
+export type { LimitSnapshot, PermitInfo, ScopeSnapshot, Snapshot } from './governor';
+export {
+  DeadlineExceededError,
+  InvalidConfigError,
+  InvalidPathError,
+  InvalidRequestError,
+  LlmgovError,
+  NeverFitsError,
+  PermitExpiredError,
+  PermitFinishedError,
+  QueueFullError,
+  RateLimitedError,
+  UnknownPresetError,
+  UnknownScopeError,
+} from './errors';
+export { classifyResponse, RetryPolicy } from './feedback';
+export type { Advice, AdviceReason, AttemptOutcome, BodyLike, Classification, ClassifyOptions, Provider, RetryOptions } from './feedback';
+export { countChatTokens, countTokens, estimateTokens } from './tokens';
+export type { AnthropicUsage, AnyUsage, OpenAIResponsesUsage, OpenAIUsage, Usage } from './usage';
+export type { HeadersLike } from './headers';
+export { governedFetch } from './fetch';
+export type { AttemptEvent, GovernedFetchOptions, GovernedRequest } from './fetch';

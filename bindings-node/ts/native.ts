@@ -1,0 +1,18 @@
+/**
+ * The addon, as `@napi-rs/cli` generated its loader (`index.js`) and types
+ * (`index.d.ts`). Everything public wraps it; nothing else loads it.
+ */
+import * as native from '../index.js';
+
+export default native;
+export type {
+  Advice,
+  AdviceReason,
+  Classification,
+  LimitSnapshot,
+  PermitInfo,
+  RequestEstimate,
+  RetryOptions,
+  ScopeSnapshot,
+  Snapshot,
+} from '../index.js';

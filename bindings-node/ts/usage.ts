@@ -1,0 +1,74 @@
+/**
+ * Usage as callers have it: llmgov's own shape, or the `usage` object of an
+ * OpenAI (Chat Completions or Responses) or Anthropic answer.
+ */
+import { invalidArgument } from './errors';
+
+/** Actual usage in llmgov's terms; every field defaults to 0. */
+export interface Usage {
+  /** Prompt tokens, cached ones included. */
+  inputTokens?: number;
+  /** The part of them read from the prompt cache. */
+  cachedInputTokens?: number;
+  /** Completion tokens. */
+  outputTokens?: number;
+}
+
+/** OpenAI Chat Completions `usage`. */
+export interface OpenAIUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens?: number;
+  prompt_tokens_details?: { cached_tokens?: number | null } | null;
+}
+
+/** OpenAI Responses `usage`. */
+export interface OpenAIResponsesUsage {
+  input_tokens: number;
+  output_tokens: number;
+  input_tokens_details?: { cached_tokens?: number | null } | null;
+}
+
+/** Anthropic Messages `usage`: input excludes cache reads and writes. */
+export interface AnthropicUsage {
+  input_tokens: number;
+  output_tokens: number;
+  cache_read_input_tokens?: number | null;
+  cache_creation_input_tokens?: number | null;
+}
+
+/** Anything `Permit.settle` accepts. */
+export type AnyUsage = Usage | OpenAIUsage | OpenAIResponsesUsage | AnthropicUsage;
+
+/** `[input, cached, output]` from any usage shape. */
+export function normalizeUsage(usage: AnyUsage): [number, number, number] {
+  if (usage === null || typeof usage !== 'object') {
+    throw invalidArgument('usage', usage, 'must be an object such as { inputTokens, outputTokens }');
+  }
+  const u = usage as Record<string, any>;
+  if (u.prompt_tokens !== undefined || u.completion_tokens !== undefined) {
+    const cached = u.prompt_tokens_details?.cached_tokens ?? 0;
+    return [u.prompt_tokens ?? 0, cached, u.completion_tokens ?? 0];
+  }
+  if (u.input_tokens !== undefined || u.output_tokens !== undefined) {
+    if (u.cache_read_input_tokens !== undefined || u.cache_creation_input_tokens !== undefined) {
+      // Anthropic counts cache reads and writes apart from input_tokens;
+      // llmgov's input includes them, as OpenAI's prompt_tokens does.
+      const read = u.cache_read_input_tokens ?? 0;
+      const written = u.cache_creation_input_tokens ?? 0;
+      return [sum('input_tokens', u.input_tokens ?? 0, read, written), read, u.output_tokens ?? 0];
+    }
+    const cached = u.input_tokens_details?.cached_tokens ?? 0;
+    return [u.input_tokens ?? 0, cached, u.output_tokens ?? 0];
+  }
+  return [u.inputTokens ?? 0, u.cachedInputTokens ?? 0, u.outputTokens ?? 0];
+}
+
+function sum(field: string, ...parts: unknown[]): number {
+  let total = 0;
+  for (const part of parts) {
+    if (typeof part !== 'number') throw invalidArgument(field, part, 'must be a number');
+    total += part;
+  }
+  return total;
+}

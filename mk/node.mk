@@ -1,0 +1,25 @@
+# The Node package (bindings-node/, npm package `llmgov`). Needs only Node 20+,
+# npm and Rust: npm installs @napi-rs/cli, TypeScript and the test peers.
+#
+# test-node: install (npm ci, from package-lock.json); build the addon (debug)
+# into the shared cargo target dir and the TypeScript layer; fail if that
+# changed the committed generated index.js / index.d.ts; type-check the
+# typings; then node --test (scenarios, API, bad input, and the openai and
+# Anthropic SDKs against target/debug/llmgov mock-server, which
+# `cargo test --workspace` builds earlier in `make test`).
+LANGUAGE_TESTS += test-node
+
+# Absolute, since napi's cargo runs inside bindings-node.
+NODE_CARGO_TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
+
+.PHONY: test-node bench-node
+
+test-node:
+	cd bindings-node && npm ci --ignore-scripts --no-audit --no-fund
+	cd bindings-node && CARGO_TARGET_DIR=$(NODE_CARGO_TARGET_DIR) node scripts/check-generated.mjs
+	cd bindings-node && CARGO_TARGET_DIR=$(NODE_CARGO_TARGET_DIR) node --test --test-concurrency=1 test/*.test.mjs
+
+## The Node round-trip benchmark (release build); figures in BENCHMARKS.md.
+bench-node:
+	cd bindings-node && npm ci --ignore-scripts --no-audit --no-fund
+	cd bindings-node && CARGO_TARGET_DIR=$(NODE_CARGO_TARGET_DIR) npm run bench
