@@ -12,9 +12,10 @@ use parking_lot::Mutex;
 use crate::errors::{Error, Result};
 use crate::health::{Health, HealthState};
 use crate::heartbeat::Heartbeat;
-use crate::settings::{RedisConfig, Settings};
+use crate::lease::{lease_size, LocalLease};
+use crate::settings::{Mode, RedisConfig, Settings};
 use crate::shared::{self, Kind, SharedScope};
-use crate::store::{Admission, Ask, Reconcile, Store};
+use crate::store::{Admission, Ask, LeaseAsk, Reconcile, Store};
 
 const DEFAULT_PERMIT_TTL: Duration = Duration::from_secs(600);
 
@@ -53,6 +54,8 @@ impl SharedPermit {
 #[derive(Debug)]
 struct Hold {
     scope: usize,
+    /// The local lease's generation, in leased mode.
+    lease: Option<i64>,
     epoch: String,
     slot: Option<String>,
     reserved: Vec<u64>,
@@ -74,6 +77,8 @@ pub(crate) struct Inner {
     epochs: Vec<Mutex<Option<String>>>,
     /// Concurrency slots held per shared scope, with when their permit expires.
     pub(crate) held: Vec<Mutex<HashMap<String, u64>>>,
+    /// This process's lease per shared scope (used by leased scopes).
+    leases: Vec<LocalLease>,
     health: HealthState,
 }
 
@@ -122,12 +127,14 @@ impl RedisGovernor {
             permit_ttl_ns,
             epochs: scopes.iter().map(|_| Mutex::new(None)).collect(),
             held: scopes.iter().map(|_| Mutex::new(HashMap::new())).collect(),
+            leases: scopes.iter().map(|s| LocalLease::new(s.limits.len())).collect(),
             health: HealthState::default(),
             index,
             scopes,
             settings,
         });
-        let heartbeat = inner.scopes.iter().any(SharedScope::has_slots).then(|| Heartbeat::start(inner.clone()));
+        let needs_keeper = inner.scopes.iter().any(|s| s.has_slots() || s.mode == Mode::Leased);
+        let heartbeat = needs_keeper.then(|| Heartbeat::start(inner.clone()));
         Ok(RedisGovernor { inner, _heartbeat: heartbeat })
     }
 
@@ -172,7 +179,7 @@ impl RedisGovernor {
 
     /// The link to Redis and the fallback counters.
     pub fn health(&self) -> Health {
-        self.inner.health.read()
+        Health { redis_calls: self.inner.store.calls(), ..self.inner.health.read() }
     }
 
     /// The validated `[redis]` settings.
@@ -189,6 +196,17 @@ impl RedisGovernor {
     /// background heartbeat calls this every third of `slot_ttl`).
     pub fn heartbeat(&self) {
         self.inner.heartbeat();
+    }
+
+    /// Gives every lease's unused part back to Redis now (also done on drop).
+    pub fn return_leases(&self) {
+        self.inner.return_leases(u64::MAX);
+    }
+}
+
+impl Drop for RedisGovernor {
+    fn drop(&mut self) {
+        self.inner.return_leases(u64::MAX);
     }
 }
 
@@ -283,6 +301,9 @@ impl Inner {
     fn acquire_scope(&self, i: usize, estimate: &Usage) -> redis::RedisResult<Result<Hold>> {
         let scope = &self.scopes[i];
         let costs: Vec<u64> = scope.limits.iter().map(|l| l.cost(estimate)).collect();
+        if scope.mode == Mode::Leased {
+            return self.acquire_leased(i, costs);
+        }
         let slot = scope
             .has_slots()
             .then(|| format!("{}:{}", self.process_id, self.next_slot.fetch_add(1, Ordering::Relaxed)));
@@ -300,17 +321,14 @@ impl Inner {
         let (epoch, reset) = match &answer {
             Admission::Admitted { epoch, reset } | Admission::Refused { epoch, reset, .. } => (epoch.clone(), *reset),
         };
-        if reset {
-            self.health.on_state_reset();
-        }
-        *self.epochs[i].lock() = Some(epoch.clone());
+        self.saw_epoch(i, &epoch, reset);
         match answer {
             Admission::Admitted { .. } => {
                 if let Some(slot) = &slot {
                     let expires = self.clock.now().saturating_add(self.permit_ttl_ns);
                     self.held[i].lock().insert(slot.clone(), expires);
                 }
-                Ok(Ok(Hold { scope: i, epoch, slot, reserved: costs }))
+                Ok(Ok(Hold { scope: i, lease: None, epoch, slot, reserved: costs }))
             }
             Admission::Refused { limit, retry_us, .. } => Ok(Err(Error::RateLimited {
                 scope: scope.path.clone(),
@@ -345,6 +363,109 @@ impl Inner {
         Ok(())
     }
 
+    fn saw_epoch(&self, i: usize, epoch: &str, reset: bool) {
+        if reset {
+            self.health.on_state_reset();
+        }
+        *self.epochs[i].lock() = Some(epoch.to_owned());
+    }
+
+    /// Leased mode: from the local lease without a round trip, or after
+    /// renewing it (returning what is unused) when it is spent or late.
+    fn acquire_leased(&self, i: usize, costs: Vec<u64>) -> redis::RedisResult<Result<Hold>> {
+        let lease = &self.leases[i];
+        let hold = |generation| Hold {
+            scope: i,
+            lease: Some(generation),
+            epoch: String::new(),
+            slot: None,
+            reserved: costs.clone(),
+        };
+        if let Some(generation) = lease.try_take(&costs, self.clock.now()) {
+            return Ok(Ok(hold(generation)));
+        }
+        let _renewing = lease.renewing.lock();
+        let now = self.clock.now();
+        if let Some(generation) = lease.try_take(&costs, now) {
+            return Ok(Ok(hold(generation)));
+        }
+        self.renew(i, Some(&costs), now)?;
+        Ok(match lease.try_take(&costs, now) {
+            Some(generation) => Ok(hold(generation)),
+            None => {
+                let scope = &self.scopes[i];
+                let refusing = lease.short_limit(&costs).unwrap_or(0);
+                Err(Error::RateLimited {
+                    scope: scope.path.clone(),
+                    dimension: scope.limits[refusing].dimension,
+                    retry_after: None,
+                })
+            }
+        })
+    }
+
+    /// Returns scope `i`'s lease and, for `costs`, takes a new one sized
+    /// from recent demand (`None`: take nothing). Call holding `renewing`.
+    fn renew(&self, i: usize, costs: Option<&[u64]>, now: u64) -> redis::RedisResult<()> {
+        let (scope, lease) = (&self.scopes[i], &self.leases[i]);
+        let old_deadline = lease.deadline();
+        let returned = lease.take_all();
+        let processes = u64::from(self.settings.expected_processes);
+        let want: Vec<u64> = match costs {
+            Some(costs) => scope
+                .limits
+                .iter()
+                .zip(costs)
+                .zip(&returned.used)
+                .map(|((limit, &cost), &used)| lease_size(used, cost, (limit.burst() / processes).max(1)))
+                .collect(),
+            None => vec![0; scope.limits.len()],
+        };
+        let returned_epoch = lease.epoch.lock().clone();
+        let seen = self.epochs[i].lock().clone();
+        let fresh = format!("{:016x}", rand::random::<u64>());
+        let ttl = self.settings.lease_ttl;
+        let ask = LeaseAsk {
+            seen_epoch: seen.as_deref(),
+            fresh_epoch: &fresh,
+            safe_share: self.settings.safe_share(),
+            lease_id: &self.process_id,
+            ttl_us: ttl.as_micros() as u64,
+            returned_epoch: returned_epoch.as_deref(),
+            give_back: &returned.give_back,
+            want: &want,
+        };
+        match self.store.lease(scope, &ask) {
+            Ok(grant) => {
+                self.saw_epoch(i, &grant.epoch, grant.reset);
+                *lease.epoch.lock() = Some(grant.epoch);
+                // Counted from before the call, so it ends before Redis's expiry.
+                let usable = ttl.as_nanos() as u64 / 10 * 9;
+                lease.install(&grant.grants, now.saturating_add(usable));
+                Ok(())
+            }
+            Err(e) => {
+                lease.restore(&returned, old_deadline);
+                Err(e)
+            }
+        }
+    }
+
+    /// Returns every lease whose local deadline falls before `horizon`.
+    pub(crate) fn return_leases(&self, horizon: u64) {
+        for (i, lease) in self.leases.iter().enumerate() {
+            if self.scopes[i].mode != Mode::Leased || !lease.holds_anything() || lease.deadline() > horizon {
+                continue;
+            }
+            let _renewing = lease.renewing.lock();
+            let now = self.clock.now();
+            if let Err(e) = self.renew(i, None, now) {
+                self.health.on_error(&e, now, self.settings.retry_interval);
+                self.store.drop_idle();
+            }
+        }
+    }
+
     fn reconcile_hold(&self, hold: &Hold, actual: Option<&Usage>) -> redis::RedisResult<()> {
         let scope = &self.scopes[hold.scope];
         if let Some(slot) = &hold.slot {
@@ -362,13 +483,19 @@ impl Inner {
             })
             .filter(|&(_, delta)| delta != 0)
             .collect();
+        if let Some(generation) = hold.lease {
+            self.leases[hold.scope].reconcile(generation, &deltas, self.clock.now());
+            return Ok(());
+        }
         let reconcile = Reconcile { epoch: &hold.epoch, slot: hold.slot.as_deref(), deltas: &deltas };
         self.store.settle(scope, &reconcile)
     }
 
-    /// Refreshes held slots; forgets those whose permit expired unsettled.
+    /// Refreshes held slots (forgetting those whose permit expired
+    /// unsettled) and returns leases about to lapse.
     pub(crate) fn heartbeat(&self) {
         let now = self.clock.now();
+        self.return_leases(now.saturating_add(self.keeper_period().as_nanos() as u64));
         let ttl_us = self.settings.slot_ttl.as_micros() as u64;
         for (i, scope) in self.scopes.iter().enumerate() {
             let slots: Vec<String> = {
@@ -388,7 +515,8 @@ impl Inner {
 }
 
 impl Inner {
-    pub(crate) fn slot_ttl(&self) -> Duration {
-        self.settings.slot_ttl
+    /// How often the background keeper runs: a third of the shorter TTL.
+    pub(crate) fn keeper_period(&self) -> Duration {
+        self.settings.slot_ttl.min(self.settings.lease_ttl) / 3
     }
 }

@@ -19,6 +19,9 @@ pub struct Health {
     /// Times a shared scope's state was found lost (a Redis restart without
     /// persistence) and restarted at the safe share instead of full.
     pub state_resets: u64,
+    /// Redis calls made (one script each): in leased mode, divide by the
+    /// acquires to get operations per acquire.
+    pub redis_calls: u64,
     /// The last Redis error, for the log.
     pub last_error: Option<String>,
 }
@@ -76,6 +79,7 @@ impl HealthState {
             redis_errors: self.redis_errors.load(Ordering::Relaxed),
             recoveries: self.recoveries.load(Ordering::Relaxed),
             state_resets: self.state_resets.load(Ordering::Relaxed),
+            redis_calls: 0,
             last_error: self.last_error.lock().clone(),
         }
     }

@@ -6,8 +6,9 @@ use std::thread::JoinHandle;
 
 use crate::governor::Inner;
 
-/// Refreshes held slots every third of the slot TTL until dropped, so a
-/// slot outlives its TTL only while its process lives.
+/// Refreshes held slots and returns lapsing leases every third of the
+/// shorter TTL until dropped, so a slot outlives its TTL only while its
+/// process lives, and an idle process's lease goes back before it expires.
 pub(crate) struct Heartbeat {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -17,7 +18,7 @@ impl Heartbeat {
     pub fn start(inner: Arc<Inner>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let period = inner.slot_ttl() / 3;
+        let period = inner.keeper_period();
         let thread = std::thread::Builder::new()
             .name("llmgov-redis-heartbeat".into())
             .spawn(move || {

@@ -59,6 +59,7 @@ mod errors;
 mod governor;
 mod health;
 mod heartbeat;
+mod lease;
 pub mod settings;
 mod shared;
 mod store;

@@ -9,9 +9,10 @@
 //! slot_ttl = "10s"                 # a crashed worker's concurrency slots come back after this
 //! timeout = "250ms"                # connect, read and write timeout of each Redis call
 //! retry_interval = "1s"            # how often a degraded process tries Redis again
+//! lease_ttl = "2s"                 # leased mode: a crashed process's lease returns after this
 //!
 //! [redis.scopes."openai/org-main/gpt-4o"]
-//! mode = "exact"
+//! mode = "exact"                   # or "leased"
 //! ```
 
 use std::collections::BTreeMap;
@@ -28,6 +29,12 @@ pub enum Mode {
     /// Every acquire and every settle is one Lua script on Redis: nothing
     /// is ever admitted past the limit, at one round trip per call.
     Exact,
+    /// Each process leases slices of every rate limit, sized from its recent
+    /// demand, and admits from them locally without a round trip; unused
+    /// slices go back, and a crashed process's lease returns after
+    /// `lease_ttl`. Over-admission is bounded by the leases of processes
+    /// that die (or stall past the TTL) holding them.
+    Leased,
 }
 
 /// One shared scope's entry under `[redis.scopes]`.
@@ -60,6 +67,9 @@ pub struct RedisConfig {
     /// How long a degraded process waits before trying Redis again. Default 1s.
     #[serde(default)]
     pub retry_interval: Option<String>,
+    /// Lifetime of a lease (leased mode). Default 2s.
+    #[serde(default)]
+    pub lease_ttl: Option<String>,
     /// The shared scopes by path; every other scope stays local.
     #[serde(default)]
     pub scopes: BTreeMap<String, SharedScopeConfig>,
@@ -80,6 +90,8 @@ pub struct Settings {
     pub timeout: Duration,
     /// Wait between reconnection attempts while degraded.
     pub retry_interval: Duration,
+    /// Lease lifetime in leased mode.
+    pub lease_ttl: Duration,
     /// Shared scopes by path.
     pub scopes: BTreeMap<String, Mode>,
 }
@@ -122,6 +134,7 @@ impl Settings {
             slot_ttl: duration("redis.slot_ttl", raw.slot_ttl.as_deref(), Duration::from_secs(10))?,
             timeout: duration("redis.timeout", raw.timeout.as_deref(), Duration::from_millis(250))?,
             retry_interval: duration("redis.retry_interval", raw.retry_interval.as_deref(), Duration::from_secs(1))?,
+            lease_ttl: duration("redis.lease_ttl", raw.lease_ttl.as_deref(), Duration::from_secs(2))?,
             scopes: raw.scopes.into_iter().map(|(path, scope)| (path, scope.mode)).collect(),
         })
     }

@@ -7,7 +7,7 @@ use llmgov::config::{Algorithm, LimitConfig, OutputReservation, ScopeConfig};
 use llmgov::{Config, Dimension, Usage};
 
 use crate::errors::{Error, Result};
-use crate::settings::Settings;
+use crate::settings::{Mode, Settings};
 
 const MICROS_PER_SECOND: f64 = 1e6;
 
@@ -58,11 +58,16 @@ impl SharedLimit {
 #[derive(Debug)]
 pub(crate) struct SharedScope {
     pub path: Arc<str>,
+    pub mode: Mode,
     pub limits: Vec<SharedLimit>,
     /// `{llmgov:<prefix>:<path>}:state`, a hash of GCRA times and the epoch.
     pub state_key: String,
     /// `{llmgov:<prefix>:<path>}:slots`, the concurrency slots.
     pub slots_key: String,
+    /// `{llmgov:<prefix>:<path>}:leases`, each process's lease (leased mode).
+    pub leases_key: String,
+    /// `{llmgov:<prefix>:<path>}:lease-expiries`, when each lease ends.
+    pub expiries_key: String,
 }
 
 impl SharedScope {
@@ -76,8 +81,8 @@ pub(crate) fn compile(config: &Config, settings: &Settings) -> Result<Vec<Shared
     let global_margin = config.safety_margin.unwrap_or(1.0);
     settings
         .scopes
-        .keys()
-        .map(|path| {
+        .iter()
+        .map(|(path, &mode)| {
             let field = format!("redis.scopes.{path}");
             let scope = config
                 .scopes
@@ -85,14 +90,24 @@ pub(crate) fn compile(config: &Config, settings: &Settings) -> Result<Vec<Shared
                 .ok_or_else(|| Error::config(&field, path, "not a scope of the config's [scopes]"))?;
             let margin = scope.safety_margin.unwrap_or(global_margin);
             let limits = compile_limits(path, scope, margin)?;
+            if let (Mode::Leased, Some(i)) = (mode, limits.iter().position(|l| l.dimension == Dimension::Concurrency)) {
+                return Err(Error::config(
+                    format!("scopes.{path}.limits[{i}].dimension"),
+                    "concurrency",
+                    "a leased scope leases rate limits only; put the concurrency limit on an exact scope",
+                ));
+            }
             // One hash tag per scope: every key of a scope lands in one
             // Redis Cluster slot, so each script touches one slot.
             let tag = format!("{{llmgov:{}:{path}}}", settings.prefix);
             Ok(SharedScope {
                 path: path.as_str().into(),
+                mode,
                 limits,
                 state_key: format!("{tag}:state"),
                 slots_key: format!("{tag}:slots"),
+                leases_key: format!("{tag}:leases"),
+                expiries_key: format!("{tag}:lease-expiries"),
             })
         })
         .collect()

@@ -1,6 +1,7 @@
 //! All Redis I/O: a small pool of sync connections and the Lua scripts,
 //! each call touching the keys of one shared scope (one hash slot).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -45,13 +46,38 @@ pub(crate) struct Ask<'a> {
     pub slot_ttl_us: u64,
 }
 
+/// One lease exchange: what goes back and what is wanted, per limit.
+pub(crate) struct LeaseAsk<'a> {
+    pub seen_epoch: Option<&'a str>,
+    pub fresh_epoch: &'a str,
+    pub safe_share: f64,
+    /// This process's lease id on the scope.
+    pub lease_id: &'a str,
+    pub ttl_us: u64,
+    /// The epoch the returned lease was granted under.
+    pub returned_epoch: Option<&'a str>,
+    /// Per limit: unused units (positive) or units charged past the lease (negative).
+    pub give_back: &'a [i64],
+    /// Per limit: units wanted.
+    pub want: &'a [u64],
+}
+
+/// What the lease script granted.
+pub(crate) struct LeaseGrant {
+    pub epoch: String,
+    pub reset: bool,
+    pub grants: Vec<u64>,
+}
+
 pub(crate) struct Store {
     client: Client,
+    calls: AtomicU64,
     timeout: Duration,
     idle: Mutex<Vec<Connection>>,
     acquire: Script,
     settle: Script,
     heartbeat: Script,
+    lease: Script,
 }
 
 impl Store {
@@ -63,11 +89,14 @@ impl Store {
             acquire: Script::new(include_str!("../lua/acquire.lua")),
             settle: Script::new(include_str!("../lua/settle.lua")),
             heartbeat: Script::new(include_str!("../lua/heartbeat.lua")),
+            lease: Script::new(include_str!("../lua/lease.lua")),
+            calls: AtomicU64::new(0),
         })
     }
 
     /// Runs `call` on a pooled connection; a connection that failed is dropped.
     pub fn with<T>(&self, call: impl FnOnce(&mut Connection) -> RedisResult<T>) -> RedisResult<T> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
         let pooled = self.idle.lock().pop();
         let mut connection = match pooled {
             Some(c) => c,
@@ -88,6 +117,11 @@ impl Store {
         connection.set_read_timeout(Some(self.timeout))?;
         connection.set_write_timeout(Some(self.timeout))?;
         Ok(connection)
+    }
+
+    /// Redis calls made so far (one script each).
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
     }
 
     /// Forgets every pooled connection (after an error, they may be dead).
@@ -137,6 +171,30 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Returns the previous lease on `scope` and takes a new one.
+    pub fn lease(&self, scope: &SharedScope, ask: &LeaseAsk<'_>) -> RedisResult<LeaseGrant> {
+        let mut call = self.lease.key(&scope.state_key);
+        call.key(&scope.leases_key)
+            .key(&scope.expiries_key)
+            .arg(ask.seen_epoch.unwrap_or(""))
+            .arg(ask.fresh_epoch)
+            .arg(ask.safe_share)
+            .arg(ask.lease_id)
+            .arg(ask.ttl_us)
+            .arg(ask.returned_epoch.unwrap_or(""));
+        for ((limit, give), want) in scope.limits.iter().zip(ask.give_back).zip(ask.want) {
+            let Kind::Rate { interval_us, burst } = limit.kind else { continue };
+            call.arg(interval_us).arg(burst).arg(*give).arg(*want);
+        }
+        let reply: Vec<Value> = self.with(|c| call.invoke(c))?;
+        let epoch: String = redis::from_redis_value_ref(field(&reply, 0)?)?;
+        let reset: i64 = redis::from_redis_value_ref(field(&reply, 1)?)?;
+        let grants = reply[2..].iter().map(redis::from_redis_value_ref::<u64>).collect::<Result<_, _>>()?;
+        Ok(LeaseGrant { epoch, reset: reset == 1, grants })
+    }
+}
+
 fn parse_admission(reply: &[Value]) -> RedisResult<Admission> {
     let int = |i: usize| -> RedisResult<i64> { Ok(redis::from_redis_value_ref(field(reply, i)?)?) };
     let text = |i: usize| -> RedisResult<String> { Ok(redis::from_redis_value_ref(field(reply, i)?)?) };
@@ -153,7 +211,7 @@ fn parse_admission(reply: &[Value]) -> RedisResult<Admission> {
 }
 
 fn field(reply: &[Value], i: usize) -> RedisResult<&Value> {
-    reply.get(i).ok_or_else(|| {
-        redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "short reply from the acquire script"))
-    })
+    reply
+        .get(i)
+        .ok_or_else(|| redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "short reply from a script")))
 }
