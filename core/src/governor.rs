@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::clock::{Clock, MonotonicClock};
+use crate::events::{Event, EventHook, Events};
 use crate::feedback::{classify_response, Classification, ProviderHint};
 use crate::ledger::permit::ClassId;
 use crate::ledger::Ledger;
@@ -32,6 +33,8 @@ pub struct Governor {
     learning: Arc<Learning>,
     /// Queues of requests waiting for admission ([`crate::scheduler`]).
     waiting: Arc<Waiting>,
+    /// The application's event hook, if it set one.
+    events: Arc<Events>,
 }
 
 /// What settled usage teaches: output lengths per route and class, for
@@ -84,7 +87,8 @@ impl Governor {
     /// A governor on the given clock (a [`crate::ManualClock`] in tests).
     pub fn with_clock(config: &Config, clock: Arc<dyn Clock>) -> Result<Self> {
         let (ledger, learning) = (Arc::new(Ledger::new(config)?), Arc::new(Learning::new(config)?));
-        Ok(Governor { ledger, clock, learning, waiting: Arc::new(Waiting::new(config)?) })
+        let events = Arc::new(Events::default());
+        Ok(Governor { ledger, clock, learning, waiting: Arc::new(Waiting::new(config)?), events })
     }
 
     /// A governor from TOML text.
@@ -147,11 +151,50 @@ impl Governor {
     /// expected output and the request names none, the learned one is used.
     pub fn try_acquire(&self, request: &Request) -> Result<Permit> {
         let now = self.clock.now();
-        if self.ledger.reserves_expected_output() && request.expected_output_tokens.is_none() {
+        let result = if self.ledger.reserves_expected_output() && request.expected_output_tokens.is_none() {
             let expected = self.expected_output(request.route, request.class, Some(request.max_output_tokens));
-            return self.ledger.try_acquire(&Request { expected_output_tokens: Some(expected), ..*request }, now);
+            self.ledger.try_acquire(&Request { expected_output_tokens: Some(expected), ..*request }, now)
+        } else {
+            self.ledger.try_acquire(request, now)
+        };
+        if let Err(error) = &result {
+            self.denied(error, request);
         }
-        self.ledger.try_acquire(request, now)
+        result
+    }
+
+    /// Tells the hook (and `tracing`) of a refusal.
+    #[cold]
+    fn denied(&self, error: &crate::Error, request: &Request) {
+        tracing::debug!(%error, "llmgov refused a request");
+        if self.events.hooked() {
+            self.events.denied(error, self.learning.name(request.class));
+        }
+    }
+
+    /// Sets the hook told of every [`Event`]: local denials, provider
+    /// rejections and breaker changes. It runs on the thread where the event
+    /// happened, never while anything is held; a governor takes one hook
+    /// (set it once, at start-up), and a second is refused.
+    ///
+    /// ```
+    /// # use llmgov::{Governor, Request, events::Event};
+    /// # use std::sync::{Arc, Mutex};
+    /// let gov = Governor::from_toml(r#"
+    ///     [scopes."openai/gpt-4o"]
+    ///     limits = [{ dimension = "requests", amount = 1, window = "1m" }]
+    /// "#)?;
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let log = seen.clone();
+    /// gov.set_event_hook(Arc::new(move |event: &Event| log.lock().unwrap().push(event.clone())))?;
+    /// let route = gov.route(&["openai/gpt-4o"])?;
+    /// let _permit = gov.try_acquire(&Request::new(route))?;
+    /// assert!(gov.try_acquire(&Request::new(route)).is_err());
+    /// assert!(matches!(&seen.lock().unwrap()[0], Event::Denied { code: "rate_limited", .. }));
+    /// # Ok::<(), llmgov::Error>(())
+    /// ```
+    pub fn set_event_hook(&self, hook: EventHook) -> Result<()> {
+        self.events.set(hook)
     }
 
     /// Reconciles a permit with actual usage (see [`Ledger::settle`]) and,
@@ -181,7 +224,26 @@ impl Governor {
     /// `route` back into the route's provider scopes; see [`Ledger::observe`].
     /// Call it for successes too: their headers keep the buckets honest.
     pub fn observe(&self, route: Route, feedback: &Classification) -> Result<usize> {
-        let updated = self.ledger.observe(route, feedback, self.clock.now())?;
+        self.feed_back(route, feedback, None)
+    }
+
+    /// Feeds an answer back, tells the hook what changed, and lets waiters
+    /// see the capacity it moved.
+    fn feed_back(&self, route: Route, feedback: &Classification, sent_at: Option<u64>) -> Result<usize> {
+        let _span = tracing::debug_span!("llmgov.feed_back", limited = feedback.limited).entered();
+        let mut changes = Vec::new();
+        let updated = self.ledger.feed_back_noting(route, feedback, sent_at, self.clock.now(), &mut changes)?;
+        if feedback.limited {
+            tracing::debug!(kind = ?feedback.kind, dimension = ?feedback.dimension, "provider refused a request");
+            if self.events.hooked() {
+                self.events.rejected(feedback, self.ledger.provider_paths(route));
+            }
+        }
+        for change in changes {
+            let state = if change.open { "open" } else { "closed" };
+            tracing::info!(scope = %change.scope, state, "llmgov circuit breaker");
+            self.events.emit(Event::BreakerChanged { scope: change.scope.to_string(), state });
+        }
         self.waiting.kick(&self.ledger, &*self.clock);
         Ok(updated)
     }
@@ -198,7 +260,7 @@ impl Governor {
     ) -> Result<Classification> {
         let wall_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         let feedback = classify_response(status, headers, body, ProviderHint::Auto, wall_ms);
-        self.ledger.report(permit, &feedback, self.clock.now())?;
+        self.feed_back(permit.route(), &feedback, Some(permit.acquired_at()))?;
         Ok(feedback)
     }
 
@@ -206,7 +268,7 @@ impl Governor {
     /// [`Self::observe`], but dated by the permit, so that the 429s of
     /// requests sent before the last decrease lower the rate only once.
     pub fn report_classified(&self, permit: &Permit, feedback: &Classification) -> Result<usize> {
-        self.ledger.report(permit, feedback, self.clock.now())
+        self.feed_back(permit.route(), feedback, Some(permit.acquired_at()))
     }
 
     /// Refunds a permit whose request was never sent; see [`Ledger::cancel`].
@@ -258,7 +320,10 @@ impl Governor {
         match self.enter(request, None) {
             Ok(Ok(permit)) => Acquire::done(Ok(permit)),
             Ok(Err(guard)) => Acquire::waiting(guard),
-            Err(error) => Acquire::done(Err(error)),
+            Err(error) => {
+                self.denied(&error, request);
+                Acquire::done(Err(error))
+            }
         }
     }
 
@@ -266,10 +331,17 @@ impl Governor {
     /// most `timeout` (and the request's deadline, and its class's maximum
     /// wait). Timing out is [`crate::Error::DeadlineExceeded`].
     pub fn acquire_blocking(&self, request: &Request, timeout: Option<std::time::Duration>) -> Result<Permit> {
-        match self.enter(request, timeout)? {
-            Ok(permit) => Ok(permit),
-            Err(guard) => guard.wait(),
+        let _span =
+            tracing::debug_span!("llmgov.acquire_blocking", class = self.learning.name(request.class)).entered();
+        let result = match self.enter(request, timeout) {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(guard)) => guard.wait(),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = &result {
+            self.denied(error, request);
         }
+        result
     }
 
     /// Queues a request: its permit if admitted at once, else its guard.

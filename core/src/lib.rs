@@ -44,6 +44,7 @@ mod clock;
 pub mod config;
 mod dimension;
 mod error;
+pub mod events;
 pub mod feedback;
 mod governor;
 mod prometheus;

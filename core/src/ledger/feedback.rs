@@ -39,6 +39,13 @@ fn states_amount_of(reported: LimitDimension, limit: &Limit) -> bool {
     limit.window_ns == Some(window) && reports_on(reported, limit)
 }
 
+/// A provider scope's breaker opened (or, `open` false, closed).
+#[derive(Debug, Clone)]
+pub(crate) struct BreakerChange {
+    pub scope: std::sync::Arc<str>,
+    pub open: bool,
+}
+
 /// What an answer is to a breaker.
 fn verdict(feedback: &Classification) -> Option<bool> {
     match feedback.kind {
@@ -73,7 +80,7 @@ impl Ledger {
     /// limits changed.
     pub fn observe(&self, route: Route, feedback: &Classification, now: u64) -> Result<usize> {
         self.check_route(route)?;
-        Ok(self.feed_back(route, feedback, None, now))
+        Ok(self.feed_back(route, feedback, None, now, &mut Vec::new()))
     }
 
     /// [`Self::observe`] for the answer to `permit`'s request: a 429 for a
@@ -81,10 +88,37 @@ impl Ledger {
     /// and lowers the rate only once.
     pub fn report(&self, permit: &Permit, feedback: &Classification, now: u64) -> Result<usize> {
         self.check_route(permit.route)?;
-        Ok(self.feed_back(permit.route, feedback, Some(permit.acquired_at), now))
+        Ok(self.feed_back(permit.route, feedback, Some(permit.acquired_at), now, &mut Vec::new()))
     }
 
-    fn feed_back(&self, route: Route, feedback: &Classification, sent_at: Option<u64>, now: u64) -> usize {
+    /// [`Self::observe`] (`sent_at` `None`) or [`Self::report`], noting in
+    /// `changes` every breaker that opened or closed.
+    pub(crate) fn feed_back_noting(
+        &self,
+        route: Route,
+        feedback: &Classification,
+        sent_at: Option<u64>,
+        now: u64,
+        changes: &mut Vec<BreakerChange>,
+    ) -> Result<usize> {
+        self.check_route(route)?;
+        Ok(self.feed_back(route, feedback, sent_at, now, changes))
+    }
+
+    /// The paths of the provider scopes on `route`.
+    pub(crate) fn provider_paths(&self, route: Route) -> Vec<String> {
+        let scopes = self.registry.route(route.id).iter().map(|&i| self.registry.get(i));
+        scopes.filter(|s| s.provider).map(|s| s.path.to_string()).collect()
+    }
+
+    fn feed_back(
+        &self,
+        route: Route,
+        feedback: &Classification,
+        sent_at: Option<u64>,
+        now: u64,
+        changes: &mut Vec<BreakerChange>,
+    ) -> usize {
         if feedback.limited {
             self.refusals.provider_rejected.fetch_add(1, Ordering::Relaxed);
         }
@@ -102,11 +136,16 @@ impl Ledger {
             let reopened = match verdict(feedback) {
                 Some(true) => adaptation.breaker.succeeded(),
                 Some(false) => {
-                    adaptation.breaker.failed(adaptive, sent_at, now);
+                    if adaptation.breaker.failed(adaptive, sent_at, now) {
+                        changes.push(BreakerChange { scope: scope.path.clone(), open: true });
+                    }
                     false
                 }
                 None => false,
             };
+            if reopened {
+                changes.push(BreakerChange { scope: scope.path.clone(), open: false });
+            }
             for (l, (limit, bucket)) in scope.limits.iter().zip(scope.buckets.iter()).enumerate() {
                 let pace = &adaptation.paces[l];
                 if reopened {

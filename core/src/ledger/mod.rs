@@ -4,7 +4,7 @@
 
 pub mod atomic;
 pub(crate) mod breaker;
-mod feedback;
+pub(crate) mod feedback;
 pub mod gcra;
 pub(crate) mod limit;
 pub(crate) mod pace;
