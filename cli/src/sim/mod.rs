@@ -49,7 +49,7 @@ pub fn run(scenario: &Scenario) -> Result<Report, CliError> {
     let mut reports = Vec::new();
     for (i, strategy) in checked.strategies.iter().enumerate() {
         let name = strategies::label(strategy);
-        let mut client = strategies::build(strategy, &scenario.provider, scenario.seed, i, jobs.len())?;
+        let mut client = strategies::build(strategy, &checked, &scenario.provider, scenario.seed, i, jobs.len())?;
         let run = engine::run(&scenario.provider, provider_seed, checked.network_ns, &jobs, client.as_mut(), &name)?;
         let charging = scenario.provider.charging();
         reports.push(report::strategy(name, &run, &jobs, &checked, &bound, token_limit.as_ref(), charging));

@@ -151,6 +151,9 @@ pub enum StrategyKind {
     SeedLimiter,
     /// llmgov's ledger, charging as the provider counts and settling usage.
     Llmgov,
+    /// The same ledger with llmgov's scheduler in front: a queue per class
+    /// (its deadline as its maximum wait), tenants served by weight.
+    LlmgovFair,
 }
 
 /// What llmgov reserves for a request's output on limits where the provider
@@ -239,6 +242,7 @@ pub(crate) enum Strategy {
     Backoff { base_ns: u64, cap_ns: u64, max_retries: Option<u32> },
     SeedLimiter { poll_ns: u64, rpm: Option<u64>, tpm: Option<u64>, knows_limits: bool, factor: f64 },
     Llmgov { knows_limits: bool, factor: f64, reserve: OutputReserve, adaptive: Option<llmgov::config::AdaptiveConfig> },
+    LlmgovFair,
 }
 
 /// A validated tenant.
@@ -433,6 +437,7 @@ impl StrategyConfig {
                 let adaptive = self.adaptive.clone();
                 Strategy::Llmgov { knows_limits, factor, reserve: self.reserve.unwrap_or_default(), adaptive }
             }
+            StrategyKind::LlmgovFair => Strategy::LlmgovFair,
         })
     }
 }

@@ -23,16 +23,16 @@ use crate::sim::scenario::OutputReserve;
 use crate::sim::workload::Job;
 
 /// The one scope: the provider's pool.
-const SCOPE: &str = "provider";
+pub(super) const SCOPE: &str = "provider";
 
 /// Without a refusal's own advice, wait this long before sending again.
-const DEFAULT_RETRY_NS: u64 = 1_000_000_000;
+pub(super) const DEFAULT_RETRY_NS: u64 = 1_000_000_000;
 
 /// How late a timer fires. The ledger's `retry_after` is exact to the
 /// nanosecond (up to 1 ns early, as documented); waking exactly on the
 /// boundary of a provider that mirrors it would leave the outcome to the
 /// provider's rounding. Real timers fire late anyway: sleep 1 ms past it.
-const TIMER_SLACK_NS: u64 = 1_000_000;
+pub(super) const TIMER_SLACK_NS: u64 = 1_000_000;
 
 /// The core dimension that charges what the provider charges on `dimension`,
 /// given how [`reservation`] fills the request.
@@ -53,7 +53,7 @@ fn core_dimension(charging: Charging, dimension: ProviderDimension) -> Dimension
 /// provider will charge it. OpenAI charges the larger of `max_tokens` and
 /// the prompt's characters ÷ 4, for good; the others charge the prompt plus
 /// `max_tokens`, then settle on actual usage.
-fn reservation(charging: Charging, job: &Job) -> (u64, u64) {
+pub(super) fn reservation(charging: Charging, job: &Job) -> (u64, u64) {
     match charging {
         Charging::Openai => (job.max_tokens.max(job.prompt_estimate()), 0),
         Charging::Anthropic | Charging::Actual => (job.input_tokens, job.max_tokens),
@@ -110,7 +110,7 @@ fn scaled(amount: f64, factor: f64) -> u64 {
 /// provider's token-bucket limits with their amounts left to discovery from
 /// its `limit` headers (a client knows what its provider limits, if not how
 /// much).
-fn ledger_config(
+pub(super) fn ledger_config(
     provider: &ProviderConfig,
     knows_limits: bool,
     factor: f64,

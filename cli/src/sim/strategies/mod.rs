@@ -2,6 +2,7 @@
 //! backoff with full jitter), the seed article's client-side RPM+TPM limiter,
 //! and llmgov. Each is a state machine the engine drives.
 
+mod fair;
 mod llmgov;
 mod retry;
 mod seed_limiter;
@@ -13,7 +14,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::engine::{Client, Cx, Timer};
-use super::scenario::Strategy;
+use super::scenario::{Checked, Strategy};
 use super::workload::Job;
 use crate::error::CliError;
 use crate::provider::{ProviderConfig, ProviderDimension, RejectionKind};
@@ -78,13 +79,16 @@ pub(crate) fn label(strategy: &Strategy) -> String {
         Strategy::Llmgov { knows_limits, factor, reserve, .. } => {
             format!("llmgov{}{}", limits(*knows_limits, *factor), llmgov::label(*reserve))
         }
+        Strategy::LlmgovFair => "llmgov fair queues".to_owned(),
     }
 }
 
 /// A client for `strategy`; `index` picks its own random stream, so that
-/// adding a strategy does not change the draws of the others.
+/// adding a strategy does not change the draws of the others. `checked`
+/// gives the scheduler its tenants and classes.
 pub(crate) fn build(
     strategy: &Strategy,
+    checked: &Checked,
     provider: &ProviderConfig,
     seed: u64,
     index: usize,
@@ -112,6 +116,7 @@ pub(crate) fn build(
         Strategy::Llmgov { knows_limits, factor, reserve, ref adaptive } => {
             Box::new(llmgov::Llmgov::new(provider, knows_limits, factor, reserve, adaptive.clone(), jobs)?)
         }
+        Strategy::LlmgovFair => Box::new(fair::Fair::new(provider, &checked.tenants, &checked.classes, jobs)?),
     })
 }
 
