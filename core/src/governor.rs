@@ -35,6 +35,8 @@ pub struct Governor {
     waiting: Arc<Waiting>,
     /// The application's event hook, if it set one.
     events: Arc<Events>,
+    /// Model profiles by name, for [`Self::profile`].
+    pub(crate) profiles: Arc<std::collections::BTreeMap<String, crate::config::ProfileConfig>>,
 }
 
 /// What settled usage teaches: output lengths per route and class, for
@@ -88,7 +90,8 @@ impl Governor {
     pub fn with_clock(config: &Config, clock: Arc<dyn Clock>) -> Result<Self> {
         let (ledger, learning) = (Arc::new(Ledger::new(config)?), Arc::new(Learning::new(config)?));
         let events = Arc::new(Events::default());
-        Ok(Governor { ledger, clock, learning, waiting: Arc::new(Waiting::new(config)?), events })
+        let profiles = Arc::new(config.profiles.clone());
+        Ok(Governor { ledger, clock, learning, waiting: Arc::new(Waiting::new(config)?), events, profiles })
     }
 
     /// A governor from TOML text.
@@ -124,6 +127,11 @@ impl Governor {
     /// Resolves request paths once into a reusable route.
     pub fn route<S: AsRef<str>>(&self, paths: &[S]) -> Result<Route> {
         self.ledger.route(paths)
+    }
+
+    /// The name of an interned traffic class (empty for the default class).
+    pub(crate) fn class_name(&self, class: ClassId) -> &str {
+        self.learning.name(class)
     }
 
     /// Interns a traffic class by name, for [`Request::class`].

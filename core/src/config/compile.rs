@@ -50,6 +50,7 @@ pub(crate) fn compile(config: &Config) -> Result<Compiled> {
         output.validate()?;
     }
     let adaptive = config.adaptive.clone().unwrap_or_default().compile()?;
+    super::profiles::validate(&config.profiles)?;
     let mut compiled = Compiled { configured: Vec::new(), templates: Vec::new(), permit_ttl_ns, adaptive };
     for (path, scope) in &config.scopes {
         let field = format!("scopes.{path}");

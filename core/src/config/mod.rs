@@ -5,6 +5,7 @@
 pub mod adaptive;
 pub mod classes;
 mod compile;
+pub mod profiles;
 mod presets;
 
 use std::collections::BTreeMap;
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::{Dimension, Error, Result};
 
 pub use adaptive::{AdaptiveConfig, BreakerConfig, RampConfig};
+pub use profiles::ProfileConfig;
 pub(crate) use compile::compile;
 pub use presets::PRESETS;
 
@@ -55,6 +57,10 @@ pub struct Config {
     /// start and the circuit breaker (see [`AdaptiveConfig`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveConfig>,
+    /// Model profiles by name: deployments to route among, and fallbacks
+    /// (see [`ProfileConfig`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub profiles: BTreeMap<String, ProfileConfig>,
     /// Traffic classes' queues by name (priority, queue bound, maximum
     /// wait, DRR quantum); see [`classes`]. Built-in classes need no entry.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

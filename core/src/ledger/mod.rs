@@ -5,6 +5,7 @@
 pub mod atomic;
 pub(crate) mod breaker;
 pub(crate) mod feedback;
+mod headroom;
 pub mod gcra;
 pub(crate) mod limit;
 pub(crate) mod pace;
