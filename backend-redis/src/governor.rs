@@ -416,10 +416,13 @@ impl Inner {
                 .limits
                 .iter()
                 .zip(costs)
-                .zip(&returned.used)
-                .map(|((limit, &cost), &used)| lease_size(used, cost, (limit.burst() / processes).max(1)))
+                .zip(lease.demand(&returned.used))
+                .map(|((limit, &cost), used)| lease_size(used, cost, (limit.burst() / processes).max(1)))
                 .collect(),
-            None => vec![0; scope.limits.len()],
+            None => {
+                lease.remember_demand(&returned.used);
+                vec![0; scope.limits.len()]
+            }
         };
         let returned_epoch = lease.epoch.lock().clone();
         let seen = self.epochs[i].lock().clone();

@@ -13,6 +13,9 @@ pub(crate) struct LocalLease {
     /// Units taken per limit since the lease was granted: the demand that
     /// sizes the next one.
     used: Box<[AtomicU64]>,
+    /// Demand over the last lease given back unasked (by the keeper, before
+    /// it lapsed): remembered so the next lease starts at the demand's size.
+    recent: Box<[AtomicU64]>,
     /// Units charged at settle beyond what the lease held, owed to Redis.
     debt: Box<[AtomicU64]>,
     /// Local time (ns) after which the lease is not used: before Redis's
@@ -38,6 +41,7 @@ impl LocalLease {
         LocalLease {
             remaining: zeros(),
             used: zeros(),
+            recent: zeros(),
             debt: zeros(),
             deadline_ns: AtomicU64::new(0),
             generation: AtomicI64::new(0),
@@ -106,6 +110,19 @@ impl LocalLease {
             .collect();
         let used = self.used.iter().map(|u| u.swap(0, Ordering::AcqRel)).collect();
         Returned { give_back, used }
+    }
+
+    /// Keeps the demand of a lease given back unasked, for the next one.
+    pub fn remember_demand(&self, used: &[u64]) {
+        for (recent, &u) in self.recent.iter().zip(used) {
+            recent.store(u, Ordering::Relaxed);
+        }
+    }
+
+    /// The demand that sizes the next lease: what the last one served, or
+    /// what the one before it served if the last was given back unasked.
+    pub fn demand(&self, used: &[u64]) -> Vec<u64> {
+        used.iter().zip(self.recent.iter()).map(|(&u, r)| u.max(r.swap(0, Ordering::Relaxed))).collect()
     }
 
     /// Puts back what [`LocalLease::take_all`] took when Redis could not

@@ -8,6 +8,11 @@
 //!   Lua script that reserves every limit of that scope all or nothing, with
 //!   Redis `TIME` as the clock (GCRA per rate limit, a sorted set of slots
 //!   per concurrency limit).
+//! - **leased mode:** each process leases slices of a scope's rate limits,
+//!   sized from its recent demand, and admits from them lock-free; unused
+//!   slices go back, and a crashed process's lease returns within
+//!   `lease_ttl`. Over-admission is at most the leases held by processes
+//!   that die, each at most limit ÷ `expected_processes`.
 //! - **Keys** are `{llmgov:<prefix>:<scope path>}:state|slots`: one hash tag
 //!   per scope, so each script touches one Redis Cluster slot. A request on
 //!   several shared scopes runs one script per scope in route order and gives
@@ -68,3 +73,9 @@ pub use errors::{Error, Result};
 pub use governor::{RedisGovernor, SharedPermit, SharedRoute};
 pub use health::Health;
 pub use settings::{Mode, Settings};
+
+/// The README's examples, compiled and run as doc tests (they return early
+/// without `LLMGOV_REDIS_URL`).
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

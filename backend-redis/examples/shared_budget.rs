@@ -1,0 +1,63 @@
+//! One provider budget shared through Redis: an exact scope, a leased one,
+//! a local tenant scope, and the health reading.
+//! Run: `LLMGOV_REDIS_URL=redis://127.0.0.1:6379 cargo run -p llmgov-redis --example shared_budget`
+
+use llmgov::Usage;
+use llmgov_redis::{Error, RedisGovernor};
+
+fn main() -> Result<(), Error> {
+    if std::env::var("LLMGOV_REDIS_URL").is_err() {
+        eprintln!("set LLMGOV_REDIS_URL (e.g. redis://127.0.0.1:6379) to run this example");
+        return Ok(());
+    }
+    let prefix = format!("example-{}", std::process::id());
+    let gov = RedisGovernor::from_toml(&format!(
+        r#"
+        [scopes."openai/org-main/gpt-4o"]
+        limits = [
+          {{ dimension = "requests", amount = 500, window = "1m" }},
+          {{ dimension = "tokens", amount = 30000, window = "1m" }},
+          {{ dimension = "concurrency", amount = 20 }},
+        ]
+        [scopes."openai/org-main/gpt-4o-mini"]
+        limits = [{{ dimension = "tokens", amount = 200000, window = "1m" }}]
+        [scopes."tenants/*"]
+        limits = [{{ dimension = "tokens", amount = 5000, window = "1m" }}]
+
+        [redis]                 # url comes from LLMGOV_REDIS_URL
+        prefix = "{prefix}"
+        expected_processes = 4
+        [redis.scopes."openai/org-main/gpt-4o"]
+        mode = "exact"          # one script per acquire and per settle
+        [redis.scopes."openai/org-main/gpt-4o-mini"]
+        mode = "leased"         # local fast path from leases
+        "#
+    ))?;
+
+    let route = gov.route(&["tenants/acme", "openai/org-main/gpt-4o"])?;
+    let mut permit = gov.try_acquire(&route, Usage::new(1200, 800))?;
+    // … call the provider …
+    gov.settle(&mut permit, Usage::new(1200, 310))?;
+
+    let mini = gov.route(&["tenants/acme", "openai/org-main/gpt-4o-mini"])?;
+    let mut served = 0;
+    loop {
+        match gov.try_acquire(&mini, Usage::new(100, 100)) {
+            Ok(mut permit) => {
+                gov.settle(&mut permit, Usage::new(100, 40))?;
+                served += 1;
+            }
+            Err(Error::RateLimited { scope, dimension, .. }) => {
+                println!("after {served} mini requests: {scope} is out of {dimension}");
+                break;
+            }
+            Err(other) => return Err(other),
+        }
+    }
+    let health = gov.health();
+    println!(
+        "degraded: {}, Redis calls: {}, fallback admissions: {}",
+        health.degraded, health.redis_calls, health.fallback_admissions
+    );
+    Ok(())
+}
