@@ -281,3 +281,34 @@ fn adaptive_config_errors_name_the_field_and_value() {
         "",
     );
 }
+
+#[test]
+fn a_waiter_waits_out_an_open_breaker_and_goes_as_the_probe() {
+    let (gov, clock, route) = breaker_gov();
+    let request = Request::new(route);
+    let permit = gov.try_acquire(&request).unwrap();
+    for _ in 0..3 {
+        answer(&gov, &permit, 500, &[], b"{}");
+    }
+    let waiting = gov.acquire(&request);
+    assert_eq!(gov.queue_metrics().depth, 1, "an open breaker queues the request, it does not refuse it");
+    clock.advance(Duration::from_secs(30));
+    gov.wake_waiters();
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let probe = runtime.block_on(waiting).expect("admitted as the probe when the pause ends");
+    assert_eq!(circuit_open(gov.try_acquire(&request)), Duration::from_secs(30), "one probe at a time");
+    answer(&gov, &probe, 200, &[], b"{}");
+    assert!(gov.try_acquire(&request).is_ok());
+}
+
+#[test]
+fn a_request_that_cannot_outwait_an_open_breaker_is_refused_at_once() {
+    let (gov, _clock, route) = breaker_gov();
+    let permit = gov.try_acquire(&Request::new(route)).unwrap();
+    for _ in 0..3 {
+        answer(&gov, &permit, 500, &[], b"{}");
+    }
+    let impatient = Request::new(route).deadline(Duration::from_secs(5));
+    assert_eq!(circuit_open(gov.acquire_blocking(&impatient, None)), Duration::from_secs(30));
+    assert_eq!(gov.queue_metrics().depth, 0, "nobody waits for a failure");
+}

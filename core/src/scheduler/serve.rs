@@ -176,7 +176,14 @@ fn visit(
             return (result, false);
         }
         let decision = (pass.admit)(&request);
-        if let Err(Error::RateLimited { scope, retry_after, .. }) = decision {
+        // A scope that refuses for now (or whose breaker is open) holds the
+        // line until it could pass; the waiter keeps waiting.
+        let held = match decision {
+            Err(Error::RateLimited { ref scope, retry_after, .. }) => Some((scope.clone(), retry_after)),
+            Err(Error::CircuitOpen { ref scope, retry_after, .. }) => Some((scope.clone(), Some(retry_after))),
+            _ => None,
+        };
+        if let Some((scope, retry_after)) = held {
             if let Some(after) = retry_after {
                 pass.wake_at(pass.now.saturating_add(crate::time::duration_ns(after)));
             }

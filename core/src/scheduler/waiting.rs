@@ -147,6 +147,10 @@ impl Waiting {
             match ledger.try_acquire(&request, now) {
                 Ok(permit) => return Ok(Entry::Admitted(permit)),
                 Err(crate::Error::RateLimited { .. }) => {}
+                // A breaker that stays open past the caller's patience is a
+                // failure to report now, not to wait for.
+                Err(crate::Error::CircuitOpen { retry_after, .. })
+                    if [timeout, request.deadline].into_iter().flatten().all(|limit| retry_after <= limit) => {}
                 Err(error) => return Err(error),
             }
         }
