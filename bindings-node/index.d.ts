@@ -40,6 +40,8 @@ export declare class NativeGovernor {
   report(route: number, status: number, headers: Array<string>, body: string): Classification
   /** Every scope and counter now. */
   snapshot(): Snapshot
+  /** Every traffic class's waiting queue now. */
+  queueMetrics(): QueueMetrics
   /**
    * Moves a manual clock forward by `ms` milliseconds, then admits the
    * waiters that can pass at the new time.
@@ -174,6 +176,38 @@ export interface Classification {
   provider: string
 }
 
+/** One traffic class's queue (counts since the governor was made). */
+export interface ClassMetrics {
+  /** The class's name (empty for the default class). */
+  klass: string
+  /** Its priority. */
+  priority: number
+  /** Requests waiting now. */
+  depth: number
+  /** Its queue bound. */
+  queueBound: number
+  /** How long its oldest waiter has waited, in ms (0 if none). */
+  oldestWaitMs: number
+  /** Its maximum wait, in ms. */
+  maxWaitMs: number
+  /** The longest wait of a request admitted so far, in ms. */
+  longestAdmittedWaitMs: number
+  /** Waiters admitted (a request admitted at once never queues). */
+  admitted: number
+  /** Waiters whose deadline passed while they waited. */
+  expired: number
+  /** Refused at once: the queue was full. */
+  refusedQueueFull: number
+  /** Refused at once: the predicted wait was past the deadline. */
+  refusedDeadline: number
+  /** Waiters refused for another reason (they can never pass). */
+  refusedOther: number
+  /** Waiters that left before an answer (aborted). */
+  withdrawn: number
+  /** Tenants with waiters now. */
+  tenants: number
+}
+
 /** Exact tokens of `text` in the encoding of `model` (gpt-4o's o200k by default). */
 export declare function countTokens(text: string, model?: string | undefined | null): number
 
@@ -274,6 +308,14 @@ export interface PermitInfo {
   acquiredAtMs: number
   /** When it expires unless settled, in the governor clock's milliseconds. */
   expiresAtMs: number
+}
+
+/** Every traffic class's queue at one moment. */
+export interface QueueMetrics {
+  /** Requests waiting, all classes together. */
+  depth: number
+  /** One entry per class that has had a waiter, highest priority first. */
+  classes: Array<ClassMetrics>
 }
 
 /**

@@ -19,7 +19,7 @@ use crate::errors::{invalid, throw, OrThrow};
 use crate::feedback::{classify, Classification};
 use crate::numbers::millis;
 use crate::permits::Permits;
-use crate::snapshot::{snapshot, Snapshot};
+use crate::snapshot::{queue_metrics, snapshot, QueueMetrics, Snapshot};
 
 /// One governor's state: the core governor plus this binding's tables.
 pub struct State {
@@ -235,6 +235,12 @@ impl NativeGovernor {
     #[napi(catch_unwind)]
     pub fn snapshot(&self, env: Env) -> Result<Snapshot> {
         self.with(&env, |s| Ok(snapshot(&s.gov.snapshot())))
+    }
+
+    /// Every traffic class's waiting queue now.
+    #[napi(catch_unwind)]
+    pub fn queue_metrics(&self, env: Env) -> Result<QueueMetrics> {
+        self.with(&env, |s| Ok(queue_metrics(&s.gov.queue_metrics())))
     }
 
     /// Moves a manual clock forward by `ms` milliseconds, then admits the

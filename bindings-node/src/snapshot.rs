@@ -87,3 +87,72 @@ fn limit(l: &llmgov::LimitSnapshot) -> LimitSnapshot {
         expired: l.expired.map(|n| n as f64),
     }
 }
+
+/// Every traffic class's queue at one moment.
+#[napi(object)]
+pub struct QueueMetrics {
+    /// Requests waiting, all classes together.
+    pub depth: f64,
+    /// One entry per class that has had a waiter, highest priority first.
+    pub classes: Vec<ClassMetrics>,
+}
+
+/// One traffic class's queue (counts since the governor was made).
+#[napi(object)]
+pub struct ClassMetrics {
+    /// The class's name (empty for the default class).
+    pub klass: String,
+    /// Its priority.
+    pub priority: i32,
+    /// Requests waiting now.
+    pub depth: f64,
+    /// Its queue bound.
+    pub queue_bound: f64,
+    /// How long its oldest waiter has waited, in ms (0 if none).
+    pub oldest_wait_ms: f64,
+    /// Its maximum wait, in ms.
+    pub max_wait_ms: f64,
+    /// The longest wait of a request admitted so far, in ms.
+    pub longest_admitted_wait_ms: f64,
+    /// Waiters admitted (a request admitted at once never queues).
+    pub admitted: f64,
+    /// Waiters whose deadline passed while they waited.
+    pub expired: f64,
+    /// Refused at once: the queue was full.
+    pub refused_queue_full: f64,
+    /// Refused at once: the predicted wait was past the deadline.
+    pub refused_deadline: f64,
+    /// Waiters refused for another reason (they can never pass).
+    pub refused_other: f64,
+    /// Waiters that left before an answer (aborted).
+    pub withdrawn: f64,
+    /// Tenants with waiters now.
+    pub tenants: f64,
+}
+
+/// Converts the core's queue metrics.
+pub fn queue_metrics(m: &llmgov::QueueMetrics) -> QueueMetrics {
+    QueueMetrics {
+        depth: m.depth as f64,
+        classes: m
+            .classes
+            .iter()
+            .map(|c| ClassMetrics {
+                klass: c.class.clone(),
+                priority: c.priority,
+                depth: c.depth as f64,
+                queue_bound: c.queue_bound as f64,
+                oldest_wait_ms: c.oldest_wait_ms as f64,
+                max_wait_ms: c.max_wait_ms as f64,
+                longest_admitted_wait_ms: c.longest_admitted_wait_ms as f64,
+                admitted: c.admitted as f64,
+                expired: c.expired as f64,
+                refused_queue_full: c.refused_queue_full as f64,
+                refused_deadline: c.refused_deadline as f64,
+                refused_other: c.refused_other as f64,
+                withdrawn: c.withdrawn as f64,
+                tenants: c.tenants as f64,
+            })
+            .collect(),
+    }
+}

@@ -89,3 +89,43 @@ test('bad wait options are named', async () => {
   await assert.rejects(g.acquire({ paths: PATHS, deadlineMs: -5 }), (e) => e.code === 'invalid_request' && e.field === 'deadlineMs');
   await assert.rejects(g.acquire({ paths: PATHS, inputTokens: NaN }), (e) => e.code === 'invalid_request' && e.field === 'inputTokens');
 });
+
+test('reserve: settles as estimated when left pending, cancels on a throw', async () => {
+  const g = gov();
+  const answer = await g.reserve({ paths: ['openai/gpt-4o'], inputTokens: 100 }, async (permit) => {
+    assert.equal(permit.state, 'pending');
+    return 'answer';
+  });
+  assert.equal(answer, 'answer');
+  assert.equal(available(g), 500, 'settled as estimated');
+  await assert.rejects(
+    g.reserve({ paths: ['openai/gpt-4o'], inputTokens: 200 }, () => {
+      throw new Error('the call failed');
+    }),
+    /the call failed/,
+  );
+  assert.equal(available(g), 500, 'cancelled: refunded');
+  await g.reserve({ paths: ['openai/gpt-4o'], inputTokens: 100 }, (permit) => permit.settle({ inputTokens: 50 }));
+  assert.equal(available(g), 450, 'settled by the body');
+});
+
+test('queue metrics count waiters, admissions and withdrawals', async () => {
+  const g = gov();
+  const first = await g.acquire({ paths: ['openai/gpt-4o'], inputTokens: 600 });
+  const controller = new AbortController();
+  const waiting = g.acquire({ paths: ['openai/gpt-4o'], inputTokens: 100, klass: 'batch', signal: controller.signal });
+  const other = g.acquire({ paths: ['openai/gpt-4o'], inputTokens: 100, klass: 'batch' });
+  await settled(other);
+  const metrics = g.queueMetrics();
+  assert.equal(metrics.depth, 2);
+  const batch = metrics.classes.find((c) => c.klass === 'batch');
+  assert.equal(batch.depth, 2);
+  controller.abort();
+  await assert.rejects(waiting);
+  first.cancel();
+  (await other).cancel();
+  const after = g.queueMetrics().classes.find((c) => c.klass === 'batch');
+  assert.equal(after.depth, 0);
+  assert.equal(after.withdrawn, 1);
+  assert.equal(after.admitted, 1);
+});

@@ -5,14 +5,14 @@
  */
 import { readFileSync } from 'node:fs';
 
-import native, { Classification, PermitInfo, Snapshot } from './native';
+import native, { Classification, PermitInfo, QueueMetrics, Snapshot } from './native';
 import { invalidArgument } from './errors';
 import { AnyUsage, normalizeUsage } from './usage';
 import { flattenHeaders, HeadersLike } from './headers';
 import { BodyLike, bodyText, checkStatus } from './feedback';
 import { countChatTokens, countTokens } from './tokens';
 
-export type { PermitInfo, Snapshot, ScopeSnapshot, LimitSnapshot } from './native';
+export type { ClassMetrics, LimitSnapshot, PermitInfo, QueueMetrics, ScopeSnapshot, Snapshot } from './native';
 
 type NativeGovernor = InstanceType<typeof native.NativeGovernor>;
 
@@ -356,6 +356,40 @@ export class Governor {
       throw signal.reason;
     }
     return permit;
+  }
+
+  /**
+   * Runs `body` with a permit, as Python's `with gov.reserve(...)` does:
+   * waits for it, cancels it if `body` throws (the request was not made, or
+   * its answer is lost), and settles it as estimated if `body` left it
+   * pending. Resolves to what `body` returned.
+   *
+   * ```js
+   * const answer = await gov.reserve({ route, messages, maxOutputTokens: 500 }, async (permit) => {
+   *   const answer = await openai.chat.completions.create({ ... });
+   *   permit.settle(answer.usage);
+   *   return answer;
+   * });
+   * ```
+   */
+  async reserve<T>(request: WaitRequest, body: (permit: Permit) => T | Promise<T>): Promise<T> {
+    if (typeof body !== 'function') throw invalidArgument('body', body, 'must be a function of the permit');
+    const permit = await this.acquire(request);
+    let result: T;
+    try {
+      result = await body(permit);
+    } catch (error) {
+      if (permit.state === 'pending') permit.cancel();
+      throw error;
+    }
+    const held = permit.state === 'pending' ? permit.info() : null;
+    if (held) permit.settle({ inputTokens: held.inputTokens, cachedInputTokens: held.cachedInputTokens, outputTokens: held.outputTokens });
+    return result;
+  }
+
+  /** Every traffic class's waiting queue: depth, oldest wait, admitted and refused counts. */
+  queueMetrics(): QueueMetrics {
+    return this.#native.queueMetrics();
   }
 
   /** Every scope and counter now. */

@@ -12,7 +12,7 @@
  */
 export { Governor, Permit } from './governor';
 export type { AcquireRequest, APIErrorLike, WaitRequest, ClockKind, GovernorOptions, PermitState, ResponseLike, Route } from './governor';
-export type { LimitSnapshot, PermitInfo, ScopeSnapshot, Snapshot } from './governor';
+export type { ClassMetrics, LimitSnapshot, PermitInfo, QueueMetrics, ScopeSnapshot, Snapshot } from './governor';
 export {
   DeadlineExceededError,
   InvalidConfigError,
