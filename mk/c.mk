@@ -75,7 +75,7 @@ c-readme: lib-c
 	done
 
 test-go: lib-c
-	cd bindings-c/go && $(C_GO_ENV) go vet ./... && $(C_GO_ENV) go test -count=1 ./...
+	cd bindings-c/go && $(C_GO_ENV) go vet ./... && $(C_GO_ENV) go test -race -count=1 ./...
 
 ## The round trip from C and from Go (cgo included) beside Rust's, in one
 ## run, release build: the figures in BENCHMARKS.md.

@@ -31,6 +31,7 @@ const (
 	ErrPermitExpired    Code = 9   // the permit outlived its TTL
 	ErrDeadlineExceeded Code = 10  // not admitted within the deadline (Error.Waited, Error.RetryAfter)
 	ErrQueueFull        Code = 11  // the class's queue is full (Error.Value is the class)
+	ErrCircuitOpen      Code = 12  // a provider scope's breaker is open (Error.Scope, Error.RetryAfter)
 	ErrNullArgument     Code = 100 // a required argument was missing (a binding bug)
 	ErrInvalidUTF8      Code = 101 // a string is not valid UTF-8
 	ErrInvalidArg       Code = 102 // an argument is out of its domain

@@ -98,6 +98,12 @@ enum llmgov_result
    */
   LLMGOV_RESULT_QUEUE_FULL = 11,
   /**
+   * A provider scope's circuit breaker is open after consecutive
+   * failures; nothing was reserved. `llmgov_last_error` names the scope
+   * and when the next probe may go.
+   */
+  LLMGOV_RESULT_CIRCUIT_OPEN = 12,
+  /**
    * A required pointer argument was NULL.
    */
   LLMGOV_RESULT_NULL_ARGUMENT = 100,
@@ -504,8 +510,8 @@ typedef struct llmgov_error {
    */
   const char *message;
   /**
-   * The scope that refused (rate_limited, never_fits) or the path at
-   * fault (invalid_path, unknown_scope); NULL otherwise.
+   * The scope that refused (rate_limited, never_fits, circuit_open) or
+   * the path at fault (invalid_path, unknown_scope); NULL otherwise.
    */
   const char *scope;
   /**
@@ -527,7 +533,8 @@ typedef struct llmgov_error {
    * Whether `retry_after_*` hold a time: for rate_limited, true when the
    * refusal waits on time, false when it waits on a release
    * (concurrency); for deadline_exceeded and queue_full, whether a wait
-   * was predicted (retrying sooner is futile).
+   * was predicted (retrying sooner is futile); for circuit_open, always
+   * (when the next probe may go).
    */
   bool has_retry_after;
   /**

@@ -49,6 +49,10 @@ pub enum llmgov_result {
     DeadlineExceeded = 10,
     /// The request's class already has as many waiters as its queue bound.
     QueueFull = 11,
+    /// A provider scope's circuit breaker is open after consecutive
+    /// failures; nothing was reserved. `llmgov_last_error` names the scope
+    /// and when the next probe may go.
+    CircuitOpen = 12,
     /// A required pointer argument was NULL.
     NullArgument = 100,
     /// A string argument was not valid UTF-8.
@@ -81,6 +85,7 @@ impl llmgov_result {
             llmgov_result::PermitExpired => c"permit_expired",
             llmgov_result::DeadlineExceeded => c"deadline_exceeded",
             llmgov_result::QueueFull => c"queue_full",
+            llmgov_result::CircuitOpen => c"circuit_open",
             llmgov_result::NullArgument => c"null_argument",
             llmgov_result::InvalidUtf8 => c"invalid_utf8",
             llmgov_result::InvalidArgument => c"invalid_argument",
@@ -109,6 +114,7 @@ impl llmgov_result {
                 c"the request was not admitted within its deadline; nothing was reserved"
             }
             llmgov_result::QueueFull => c"the request's traffic class has a full queue; nothing was reserved",
+            llmgov_result::CircuitOpen => c"a provider's circuit breaker is open; nothing was reserved",
             llmgov_result::NullArgument => c"a required pointer argument was NULL",
             llmgov_result::InvalidUtf8 => c"a string argument is not valid UTF-8",
             llmgov_result::InvalidArgument => c"an argument is out of its domain",
@@ -133,6 +139,7 @@ impl llmgov_result {
             PermitExpired,
             DeadlineExceeded,
             QueueFull,
+            CircuitOpen,
             NullArgument,
             InvalidUtf8,
             InvalidArgument,
@@ -190,8 +197,8 @@ pub struct llmgov_error {
     /// The whole message, naming the field and the value where there are
     /// some.
     pub message: *const c_char,
-    /// The scope that refused (rate_limited, never_fits) or the path at
-    /// fault (invalid_path, unknown_scope); NULL otherwise.
+    /// The scope that refused (rate_limited, never_fits, circuit_open) or
+    /// the path at fault (invalid_path, unknown_scope); NULL otherwise.
     pub scope: *const c_char,
     /// The field or argument at fault (invalid_config, invalid_request, and
     /// the binding's argument errors: `"paths[1]"`, `"out_permit"`;
@@ -205,7 +212,8 @@ pub struct llmgov_error {
     /// Whether `retry_after_*` hold a time: for rate_limited, true when the
     /// refusal waits on time, false when it waits on a release
     /// (concurrency); for deadline_exceeded and queue_full, whether a wait
-    /// was predicted (retrying sooner is futile).
+    /// was predicted (retrying sooner is futile); for circuit_open, always
+    /// (when the next probe may go).
     pub has_retry_after: bool,
     /// The earliest time from now the limit could pass, in nanoseconds.
     pub retry_after_ns: u64,
@@ -294,6 +302,7 @@ impl Failure {
                 Error::PermitExpired => llmgov_result::PermitExpired,
                 Error::DeadlineExceeded { .. } => llmgov_result::DeadlineExceeded,
                 Error::QueueFull { .. } => llmgov_result::QueueFull,
+                Error::CircuitOpen { .. } => llmgov_result::CircuitOpen,
                 _ => llmgov_result::UnknownError,
             },
             Failure::Binding { result, .. } => *result,
@@ -331,6 +340,10 @@ impl Failure {
             Failure::Core(Error::QueueFull { class, retry_after, .. }) => {
                 (r.field, r.value) = (text("class"), text(class));
                 r.retry_after_ns = Some(retry_after.as_ref().map(nanos));
+            }
+            Failure::Core(Error::CircuitOpen { scope, retry_after, .. }) => {
+                r.scope = text(scope);
+                r.retry_after_ns = Some(Some(nanos(retry_after)));
             }
             Failure::Core(Error::NeverFits { scope, dimension, cost, burst, .. }) => {
                 (r.scope, r.dimension, r.cost, r.burst) = (text(scope), (*dimension).into(), *cost, *burst);
