@@ -27,10 +27,11 @@ create_exception!(llmgov, PermitFinished, Error, "The permit was already settled
 create_exception!(llmgov, PermitExpired, Error, "The permit outlived its TTL and was charged as estimated.");
 create_exception!(llmgov, DeadlineExceeded, Error, "A waiting request was not admitted within its deadline.");
 create_exception!(llmgov, QueueFull, Error, "The request's traffic class has as many waiters as its queue allows.");
+create_exception!(llmgov, CircuitOpen, Error, "A provider scope's circuit breaker is open after consecutive failures.");
 
 /// Each exception class with the code its instances carry, registered in
 /// the module and given a class-level `code`.
-fn classes(py: Python<'_>) -> [(Bound<'_, PyType>, &'static str); 12] {
+fn classes(py: Python<'_>) -> [(Bound<'_, PyType>, &'static str); 13] {
     [
         (Error::type_object(py), "error"),
         (RateLimited::type_object(py), "rate_limited"),
@@ -44,6 +45,7 @@ fn classes(py: Python<'_>) -> [(Bound<'_, PyType>, &'static str); 12] {
         (PermitExpired::type_object(py), "permit_expired"),
         (DeadlineExceeded::type_object(py), "deadline_exceeded"),
         (QueueFull::type_object(py), "queue_full"),
+        (CircuitOpen::type_object(py), "circuit_open"),
     ]
 }
 
@@ -121,6 +123,14 @@ fn build(py: Python<'_>, error: &CoreError) -> PyResult<PyErr> {
             value.setattr("waited_ms", llmgov::ceil_ms(*waited))?;
             value.setattr("retry_after", retry_after.map(|d| d.as_secs_f64()))?;
             value.setattr("retry_after_ms", retry_after.map(llmgov::ceil_ms))?;
+            err
+        }
+        CoreError::CircuitOpen { scope, retry_after, .. } => {
+            let err = CircuitOpen::new_err(message);
+            let value = err.value(py);
+            value.setattr("scope", &**scope)?;
+            value.setattr("retry_after", retry_after.as_secs_f64())?;
+            value.setattr("retry_after_ms", llmgov::ceil_ms(*retry_after))?;
             err
         }
         CoreError::QueueFull { class, bound, retry_after, .. } => {

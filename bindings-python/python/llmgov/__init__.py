@@ -36,6 +36,7 @@ from ._llmgov import (
     estimate_tokens,
 )
 from .errors import (
+    CircuitOpen,
     ConfigError,
     DeadlineExceeded,
     Error,
@@ -51,6 +52,7 @@ from .errors import (
 )
 
 __all__ = [
+    "CircuitOpen",
     "ConfigError",
     "DeadlineExceeded",
     "Error",

@@ -6,6 +6,7 @@ from typing import Any, Awaitable, Dict, List, Literal, Mapping, Optional, Seque
 
 
 __all__ = [
+    "CircuitOpen",
     "ConfigError",
     "DeadlineExceeded",
     "Error",
@@ -107,6 +108,13 @@ class DeadlineExceeded(Error):
     waited_ms: int
     retry_after: Optional[float]
     retry_after_ms: Optional[int]
+
+class CircuitOpen(Error):
+    """A provider scope's circuit breaker is open after consecutive failures."""
+
+    scope: str
+    retry_after: float
+    retry_after_ms: int
 
 class QueueFull(Error):
     """The request's traffic class has as many waiters as its queue allows."""

@@ -14,10 +14,12 @@ stable error code::
     ├── PermitFinished         permit_finished  state
     ├── PermitExpired          permit_expired
     ├── DeadlineExceeded       deadline_exceeded waited_ms, retry_after, retry_after_ms
-    └── QueueFull              queue_full       klass, bound, retry_after, retry_after_ms
+    ├── QueueFull              queue_full       klass, bound, retry_after, retry_after_ms
+    └── CircuitOpen            circuit_open     scope, retry_after, retry_after_ms
 """
 
 from ._llmgov import (
+    CircuitOpen,
     ConfigError,
     DeadlineExceeded,
     Error,
@@ -33,6 +35,7 @@ from ._llmgov import (
 )
 
 __all__ = [
+    "CircuitOpen",
     "ConfigError",
     "DeadlineExceeded",
     "Error",
