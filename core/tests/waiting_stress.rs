@@ -16,9 +16,9 @@ fn within_a_minute(f: impl FnOnce() + Send + 'static) {
         let _ = done.send(());
     });
     match finished.recv_timeout(Duration::from_secs(60)) {
-        Ok(()) => worker.join().unwrap(),
-        Err(_) if worker.is_finished() => worker.join().unwrap(), // it panicked: re-raise
-        Err(_) => panic!("a waiter was never woken: lost wake-up or deadlock"),
+        // Done, or panicked (the sender dropped): joining re-raises the panic.
+        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => worker.join().unwrap(),
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("a waiter was never woken: lost wake-up or deadlock"),
     }
 }
 
