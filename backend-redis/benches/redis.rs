@@ -31,6 +31,73 @@ fn shared(url: &str, mode: &str, name: &str) -> RedisGovernor {
     .unwrap()
 }
 
+/// The LiteLLM-style peer: one fixed-window script for requests and tokens
+/// per request, then INCRBY of the actual tokens after the response.
+struct FixedWindow {
+    connection: redis::Connection,
+    script: Script,
+    keys: [&'static str; 4],
+}
+
+impl FixedWindow {
+    const REQUEST_LIMIT: i64 = 1_000_000_000_000;
+    const TOKEN_LIMIT: i64 = 1_000_000_000_000_000;
+
+    fn new(url: &str) -> Self {
+        FixedWindow {
+            connection: redis::Client::open(url).unwrap().get_connection().unwrap(),
+            script: Script::new(include_str!("../lua/fixed_window.lua")),
+            keys: ["{bench:fw}:w:requests", "{bench:fw}:c:requests", "{bench:fw}:w:tokens", "{bench:fw}:c:tokens"],
+        }
+    }
+
+    fn acquire_settle(&mut self, actual: Usage) {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+        let counts: Vec<redis::Value> =
+            self.script.key(&self.keys[..]).arg(now).arg(60).invoke(&mut self.connection).unwrap();
+        let requests: i64 = redis::from_redis_value_ref(&counts[1]).unwrap();
+        let tokens: i64 = redis::from_redis_value_ref(&counts[3]).unwrap();
+        assert!(requests <= Self::REQUEST_LIMIT && tokens <= Self::TOKEN_LIMIT);
+        let used = (actual.input_tokens + actual.output_tokens) as i64;
+        let _: i64 = redis::cmd("INCRBY").arg(self.keys[3]).arg(used).query(&mut self.connection).unwrap();
+    }
+}
+
+/// Exact mode against the fixed window in alternating rounds of `batch`
+/// each, so both see the same machine load; prints the median round ratio.
+fn paired_exact_vs_fixed_window(url: &str, rounds: usize, batch: usize) {
+    let exact = shared(url, "exact", "exact-paired");
+    let route = exact.route(&["openai/org/gpt-4o"]).unwrap();
+    let mut peer = FixedWindow::new(url);
+    let (estimate, actual) = (Usage::new(1200, 300), Usage::new(1200, 120));
+    let mut ratios = Vec::with_capacity(rounds);
+    let (mut exact_total, mut peer_total) = (0.0, 0.0);
+    for _ in 0..rounds {
+        let start = std::time::Instant::now();
+        for _ in 0..batch {
+            let mut permit = exact.try_acquire(&route, estimate).unwrap();
+            exact.settle(&mut permit, actual).unwrap();
+        }
+        let exact_s = start.elapsed().as_secs_f64();
+        let start = std::time::Instant::now();
+        for _ in 0..batch {
+            peer.acquire_settle(actual);
+        }
+        let peer_s = start.elapsed().as_secs_f64();
+        ratios.push(exact_s / peer_s);
+        exact_total += exact_s;
+        peer_total += peer_s;
+    }
+    ratios.sort_by(f64::total_cmp);
+    let per_op = |total: f64| total / (rounds * batch) as f64 * 1e6;
+    println!(
+        "paired, {rounds} rounds of {batch}: exact {:.1} µs, fixed window {:.1} µs per acquire+settle; median round ratio exact/fixed window = {:.2}",
+        per_op(exact_total),
+        per_op(peer_total),
+        ratios[rounds / 2]
+    );
+}
+
 fn bench_round_trips(c: &mut Criterion, url: &str) {
     let mut group = c.benchmark_group("redis acquire+settle");
     let (estimate, actual) = (Usage::new(1200, 300), Usage::new(1200, 120));
@@ -44,23 +111,8 @@ fn bench_round_trips(c: &mut Criterion, url: &str) {
         })
     });
 
-    let client = redis::Client::open(url).unwrap();
-    let mut connection = client.get_connection().unwrap();
-    let fixed_window = Script::new(include_str!("../lua/fixed_window.lua"));
-    let keys = ["{bench:fw}:w:requests", "{bench:fw}:c:requests", "{bench:fw}:w:tokens", "{bench:fw}:c:tokens"];
-    let (request_limit, token_limit) = (1_000_000_000_000_i64, 1_000_000_000_000_000_i64);
-    group.bench_function("LiteLLM-style fixed window (script + INCRBY)", |b| {
-        b.iter(|| {
-            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
-            let counts: Vec<redis::Value> =
-                fixed_window.key(&keys[..]).arg(now).arg(60).invoke(&mut connection).unwrap();
-            let requests: i64 = redis::from_redis_value_ref(&counts[1]).unwrap();
-            let tokens: i64 = redis::from_redis_value_ref(&counts[3]).unwrap();
-            assert!(requests <= request_limit && tokens <= token_limit);
-            let used = (actual.input_tokens + actual.output_tokens) as i64;
-            let _: i64 = redis::cmd("INCRBY").arg(keys[3]).arg(used).query(&mut connection).unwrap();
-        })
-    });
+    let mut peer = FixedWindow::new(url);
+    group.bench_function("LiteLLM-style fixed window (script + INCRBY)", |b| b.iter(|| peer.acquire_settle(actual)));
 
     let leased = shared(url, "leased", "leased");
     let leased_route = leased.route(&["openai/org/gpt-4o"]).unwrap();
@@ -131,6 +183,7 @@ fn main() {
     criterion.final_summary();
     // `cargo bench` passes --bench; `cargo test` runs each bench once, quickly.
     let quick = !std::env::args().any(|a| a == "--bench");
+    paired_exact_vs_fixed_window(&url, if quick { 3 } else { 41 }, if quick { 10 } else { 500 });
     leased_calls_per_acquire(&url, if quick { 1_000 } else { 200_000 });
     if !quick {
         leased_calls_paced(&url, 200, 10);
