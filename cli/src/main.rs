@@ -1,10 +1,10 @@
-//! `llmgov`: demo, simulate, plan and mock-server.
+//! `llmgov`: demo, simulate, plan, mock-server and top.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use llmgov_cli::{plan::PlanInput, server, sim, CliError};
+use llmgov_cli::{plan::PlanInput, server, sim, top, CliError};
 
 /// A rate-limit governor for LLM APIs: simulator, mock provider and planner.
 #[derive(Parser)]
@@ -59,6 +59,20 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1")]
         host: String,
     },
+    /// Shows a governor's live state: per scope and limit a utilisation
+    /// bar, the admission counters and the queues. Reads the JSON of
+    /// `snapshot()` (or `{"snapshot": …, "queues": …}`) that an application
+    /// writes to a file or serves over HTTP.
+    Top {
+        /// A file path, or an http:// URL.
+        source: String,
+        /// Draw once and exit (otherwise redraw every `--every`).
+        #[arg(long)]
+        once: bool,
+        /// How often to redraw.
+        #[arg(long, default_value = "1s")]
+        every: humantime::Duration,
+    },
 }
 
 fn run(command: Command) -> Result<(), CliError> {
@@ -86,6 +100,16 @@ fn run(command: Command) -> Result<(), CliError> {
             }
         }
         Command::MockServer { config, port, host } => server::serve(&config, &host, port)?,
+        Command::Top { source, once, every } => loop {
+            let frame = top::render(&top::fetch(&source)?)?;
+            if once {
+                print!("{frame}");
+                break;
+            }
+            // Clear the screen and home the cursor, then draw.
+            print!("\x1b[2J\x1b[H{frame}");
+            std::thread::sleep(every.into());
+        },
     }
     Ok(())
 }

@@ -5,8 +5,8 @@
 pub mod adaptive;
 pub mod classes;
 mod compile;
-pub mod profiles;
 mod presets;
+pub mod profiles;
 
 use std::collections::BTreeMap;
 
@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 use crate::{Dimension, Error, Result};
 
 pub use adaptive::{AdaptiveConfig, BreakerConfig, RampConfig};
-pub use profiles::ProfileConfig;
 pub(crate) use compile::compile;
 pub use presets::PRESETS;
+pub use profiles::ProfileConfig;
 
 /// A governor's configuration.
 ///

@@ -5,8 +5,8 @@
 pub mod atomic;
 pub(crate) mod breaker;
 pub(crate) mod feedback;
-mod headroom;
 pub mod gcra;
+mod headroom;
 pub(crate) mod limit;
 pub(crate) mod pace;
 mod pending;

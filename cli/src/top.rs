@@ -1,0 +1,157 @@
+//! `llmgov top`: a governor's live state in the terminal. It reads what an
+//! application exposes — the JSON of `Governor::snapshot()` (every binding
+//! has it), optionally beside the queues as `{"snapshot": …, "queues": …}` —
+//! from a file or an HTTP endpoint, and draws per scope and limit a
+//! utilisation bar, with the counters and the queue depths.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::CliError;
+
+/// What `top` reads of a snapshot: only what it draws.
+#[derive(Debug, Deserialize)]
+struct Snapshot {
+    now_ms: u64,
+    admitted: u64,
+    rate_limited: u64,
+    #[serde(default)]
+    circuit_open: u64,
+    admitted_then_provider_rejected: u64,
+    expired_permits: u64,
+    scopes: Vec<Scope>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Scope {
+    path: String,
+    limits: Vec<Limit>,
+    #[serde(default)]
+    breaker: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Limit {
+    dimension: String,
+    amount: u64,
+    #[serde(default)]
+    effective_amount: Option<u64>,
+    window_ms: Option<u64>,
+    in_use: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct Queues {
+    classes: Vec<Class>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Class {
+    class: String,
+    depth: u64,
+    oldest_wait_ms: u64,
+}
+
+/// Either shape an application may expose.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Exposed {
+    WithQueues { snapshot: Snapshot, queues: Queues },
+    Plain(Snapshot),
+}
+
+const BAR: usize = 24;
+
+/// Reads the state from `source`: an `http://` URL or a file.
+pub fn fetch(source: &str) -> Result<String, CliError> {
+    if source.starts_with("http://") || source.starts_with("https://") {
+        let response = reqwest::blocking::get(source)
+            .and_then(|r| r.error_for_status())
+            .map_err(|e| CliError::field("source", source, format!("could not fetch it: {e}")))?;
+        return response.text().map_err(|e| CliError::field("source", source, format!("could not read it: {e}")));
+    }
+    std::fs::read_to_string(Path::new(source))
+        .map_err(|e| CliError::field("source", source, format!("could not read it: {e}")))
+}
+
+/// Draws the state in `json` as text, `width` columns for the scope names.
+pub fn render(json: &str) -> Result<String, CliError> {
+    let exposed: Exposed = serde_json::from_str(json)
+        .map_err(|e| CliError::field("snapshot", truncate(json), format!("not a governor snapshot: {e}")))?;
+    let (snapshot, queues) = match exposed {
+        Exposed::WithQueues { snapshot, queues } => (snapshot, Some(queues)),
+        Exposed::Plain(snapshot) => (snapshot, None),
+    };
+    let mut out = String::new();
+    let s = &snapshot;
+    let _ = writeln!(
+        out,
+        "llmgov top  t={:.1}s  admitted {}  rate limited {}  breaker refusals {}  provider 429s {}  expired {}",
+        s.now_ms as f64 / 1000.0,
+        s.admitted,
+        s.rate_limited,
+        s.circuit_open,
+        s.admitted_then_provider_rejected,
+        s.expired_permits
+    );
+    let name_width = s.scopes.iter().map(|sc| sc.path.len()).max().unwrap_or(5).max(5);
+    let _ = writeln!(
+        out,
+        "{:name_width$}  {:<13} {:>7}  {:>21}  utilisation",
+        "scope", "dimension", "window", "in use / limit"
+    );
+    for scope in &s.scopes {
+        for limit in &scope.limits {
+            let effective = limit.effective_amount.unwrap_or(limit.amount);
+            let share = if effective == 0 { 1.0 } else { limit.in_use as f64 / effective as f64 };
+            let filled = ((share.clamp(0.0, 1.0) * BAR as f64).round() as usize).min(BAR);
+            let bar: String = "█".repeat(filled) + &"░".repeat(BAR - filled);
+            let window = limit.window_ms.map_or_else(|| "-".to_owned(), format_window);
+            let note = match limit.effective_amount {
+                Some(e) if e != limit.amount => format!("  (configured {})", limit.amount),
+                _ => String::new(),
+            };
+            let used = format!("{} / {}", limit.in_use, effective);
+            let _ = writeln!(
+                out,
+                "{:name_width$}  {:<13} {:>7}  {:>21}  {bar} {:>4.0}%{note}",
+                scope.path,
+                limit.dimension,
+                window,
+                used,
+                share * 100.0
+            );
+        }
+        if let Some(state) = scope.breaker.as_deref().filter(|s| *s != "closed") {
+            let _ = writeln!(out, "{:name_width$}  breaker {state}", "");
+        }
+    }
+    if let Some(queues) = queues {
+        let classes: Vec<String> = queues
+            .classes
+            .iter()
+            .map(|c| {
+                let name = if c.class.is_empty() { "default" } else { &c.class };
+                format!("{name} {} waiting (oldest {:.1}s)", c.depth, c.oldest_wait_ms as f64 / 1000.0)
+            })
+            .collect();
+        let _ = writeln!(out, "queues: {}", if classes.is_empty() { "none".to_owned() } else { classes.join(" | ") });
+    }
+    Ok(out)
+}
+
+fn format_window(ms: u64) -> String {
+    match ms {
+        ms if ms % 86_400_000 == 0 => format!("{}d", ms / 86_400_000),
+        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        ms => format!("{ms}ms"),
+    }
+}
+
+fn truncate(text: &str) -> String {
+    text.chars().take(60).collect()
+}
