@@ -8,8 +8,12 @@
 //
 // Each peer is configured so that nothing waits: the figure is the cost of
 // asking and giving back, which is what every request pays. Prints a
-// Markdown table (median of 7 rounds, ns per round trip, ratio to llmgov's
-// tryAcquire + settle). Run with `npm run bench` (release build first).
+// Markdown table: per round trip, the median over 7 rounds of the CPU time
+// the process spent (user + system: what the round trip costs, even on a
+// machine shared with other work) and of the wall time (which also counts
+// timers a peer waits on, and time the process was descheduled), and the
+// CPU-time ratio to llmgov's tryAcquire + settle. Run with `npm run bench`
+// (release build first).
 import { execSync } from 'node:child_process';
 import os from 'node:os';
 
@@ -27,28 +31,36 @@ function median(values) {
   return sorted[Math.floor(sorted.length / 2)];
 }
 
-/** ns per call of `body` (sync), median over rounds of `n` calls. */
+/** CPU (user + system) and wall nanoseconds since `start`. */
+function elapsed(start) {
+  const cpu = process.cpuUsage(start.cpu);
+  return { cpu: (cpu.user + cpu.system) * 1000, wall: Number(process.hrtime.bigint() - start.wall) };
+}
+const now = () => ({ cpu: process.cpuUsage(), wall: process.hrtime.bigint() });
+
+/** `{ cpu, wall }` ns per call, medians over rounds of `n` calls; the first round warms up. */
+function summarize(rounds, n) {
+  return { cpu: median(rounds.map((r) => r.cpu)) / n, wall: median(rounds.map((r) => r.wall)) / n };
+}
+
 function measureSync(n, body) {
   const rounds = [];
   for (let r = 0; r < ROUNDS + 1; r++) {
-    const start = process.hrtime.bigint();
+    const start = now();
     for (let i = 0; i < n; i++) body();
-    const ns = Number(process.hrtime.bigint() - start) / n;
-    if (r > 0) rounds.push(ns); // the first round warms up
+    if (r > 0) rounds.push(elapsed(start));
   }
-  return median(rounds);
+  return summarize(rounds, n);
 }
 
-/** ns per awaited call of `body`, median over rounds of `n` sequential calls. */
 async function measureAsync(n, body) {
   const rounds = [];
   for (let r = 0; r < ROUNDS + 1; r++) {
-    const start = process.hrtime.bigint();
+    const start = now();
     for (let i = 0; i < n; i++) await body();
-    const ns = Number(process.hrtime.bigint() - start) / n;
-    if (r > 0) rounds.push(ns);
+    if (r > 0) rounds.push(elapsed(start));
   }
-  return median(rounds);
+  return summarize(rounds, n);
 }
 
 const CONFIG = `
@@ -99,7 +111,7 @@ const results = [];
   results.push(['bottleneck `await schedule(fn)` (reservoir)', await measureAsync(2_000, () => limiter.schedule(task))]);
 }
 
-const base = results[0][1];
+const base = results[0][1].cpu;
 let cpu = os.cpus()[0]?.model ?? 'unknown';
 try {
   cpu = execSync("lscpu | sed -n 's/^Model name: *//p'", { encoding: 'utf8' }).trim() || cpu;
@@ -108,6 +120,10 @@ try {
 }
 console.log(`Node ${process.version}, ${cpu}, ${os.cpus().length} CPUs, ${new Date().toISOString().slice(0, 10)}`);
 console.log('');
-console.log('| round trip | ns | × llmgov tryAcquire + settle |');
-console.log('|---|---:|---:|');
-for (const [name, ns] of results) console.log(`| ${name} | ${ns.toFixed(0)} | ${(ns / base).toFixed(2)} |`);
+console.log(`load average at the end: ${os.loadavg().map((l) => l.toFixed(1)).join(', ')}`);
+console.log('');
+console.log('| round trip | CPU ns | wall ns | CPU × llmgov tryAcquire + settle |');
+console.log('|---|---:|---:|---:|');
+for (const [name, t] of results) {
+  console.log(`| ${name} | ${t.cpu.toFixed(0)} | ${t.wall.toFixed(0)} | ${(t.cpu / base).toFixed(2)} |`);
+}
