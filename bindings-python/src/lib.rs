@@ -27,6 +27,7 @@ fn _llmgov(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(tokens::count_tokens, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::count_chat_tokens, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::estimate_tokens, module)?)?;
+    module.add_function(wrap_pyfunction!(waiting::settle_runtime_threads, module)?)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

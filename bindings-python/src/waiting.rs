@@ -3,6 +3,7 @@
 //! released while the thread is parked), and `gov.reserve(...)`, a context
 //! manager for `with` and `async with` that settles or cancels on exit.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use llmgov::Request;
@@ -46,8 +47,26 @@ pub fn timeout(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
     }
 }
 
+/// Whether an awaitable acquire ever ran on the tokio runtime (see
+/// `settle_runtime_threads`).
+static ASYNC_USED: AtomicBool = AtomicBool::new(false);
+
+/// Lets the tokio runtime's threads finish handing their last results to
+/// asyncio before the interpreter finalizes. A thread that completes a
+/// future takes the GIL to schedule the result on the event loop and
+/// releases it after; if the program ends in between, releasing it during
+/// finalization aborts the process. `llmgov/__init__.py` registers this at
+/// exit; it waits (GIL released) only if an async acquire ever ran.
+#[pyfunction]
+pub fn settle_runtime_threads(py: Python<'_>) {
+    if ASYNC_USED.load(Ordering::Relaxed) {
+        py.detach(|| std::thread::sleep(Duration::from_millis(50)));
+    }
+}
+
 /// Waits on an async runtime for the permit; an awaitable for asyncio.
 pub fn acquire_async<'py>(gov: &Bound<'py, PyGovernor>, request: Request) -> PyResult<Bound<'py, PyAny>> {
+    ASYNC_USED.store(true, Ordering::Relaxed);
     let waiting = gov.get().gov.acquire(&request);
     let owner = gov.clone().unbind();
     pyo3_async_runtimes::tokio::future_into_py(gov.py(), async move {
@@ -109,22 +128,19 @@ impl Reservation {
         self.leave(py, exc_type)
     }
 
-    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+    fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let (gov, request) = {
             let this = slf.borrow();
             (this.gov.clone_ref(py), this.request)
         };
-        let waiting = gov.bind(py).get().gov.acquire(&request);
-        let holder = slf.clone().unbind();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            let permit = waiting.await.py_err()?;
-            Python::attach(|py| {
-                let permit = Py::new(py, PyPermit::new(permit, gov))?;
-                holder.bind(py).borrow_mut().permit = Some(permit.clone_ref(py));
-                Ok(permit)
-            })
-        })
+        let waiting = acquire_async(gov.bind(py), request)?;
+        py.import("llmgov._reserve")?.call_method1("enter", (slf, waiting))
+    }
+
+    /// Records the permit `async with` entered with (called by `llmgov._reserve.enter`).
+    fn _entered(&mut self, permit: Py<PyPermit>) {
+        self.permit = Some(permit);
     }
 
     fn __aexit__(

@@ -23,6 +23,8 @@ The engine is the Rust core, compiled into ``llmgov._llmgov``.
 SDKs) with one transport.
 """
 
+import atexit
+
 from ._llmgov import (
     Governor,
     Permit,
@@ -34,6 +36,7 @@ from ._llmgov import (
     count_chat_tokens,
     count_tokens,
     estimate_tokens,
+    settle_runtime_threads,
 )
 from .errors import (
     CircuitOpen,
@@ -76,3 +79,6 @@ __all__ = [
     "count_tokens",
     "estimate_tokens",
 ]
+
+# The async runtime's threads finish their last hand-off before exit.
+atexit.register(settle_runtime_threads)

@@ -30,6 +30,7 @@ __all__ = [
     "count_chat_tokens",
     "count_tokens",
     "estimate_tokens",
+    "settle_runtime_threads",
 ]
 
 __version__: str
@@ -277,6 +278,7 @@ class Reservation:
         tb: Optional[TracebackType],
     ) -> bool: ...
     def __aenter__(self) -> Awaitable[Permit]: ...
+    def _entered(self, permit: Permit) -> None: ...
     def __aexit__(
         self,
         exc_type: Optional[type[BaseException]],
@@ -322,3 +324,4 @@ def count_chat_tokens(
     fast: bool = False,
 ) -> int: ...
 def estimate_tokens(text: str) -> int: ...
+def settle_runtime_threads() -> None: ...
