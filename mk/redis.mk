@@ -18,7 +18,8 @@ redis-server-installed:
 ## The Redis backend's tests, multi-process ones included, on a real redis-server.
 test-redis: redis-server-installed
 	$(WITH_REDIS) sh -c '$(CARGO) test -p llmgov-redis --all-targets && $(CARGO) test -p llmgov-redis --doc \
-	  && $(CARGO) run -q -p llmgov-redis --example shared_budget'
+	  && $(CARGO) run -q -p llmgov-redis --example shared_budget \
+	  && $(CARGO) test -p llmgov-redis --features tls --test tls'
 
 ## Exact and leased modes beside a LiteLLM-style fixed window (release build; figures in BENCHMARKS.md).
 bench-redis: redis-server-installed

@@ -13,7 +13,7 @@ use crate::errors::{Error, Result};
 use crate::health::{Health, HealthState};
 use crate::heartbeat::Heartbeat;
 use crate::lease::{lease_size, LocalLease};
-use crate::settings::{Mode, RedisConfig, Settings};
+use crate::settings::{redact, Mode, RedisConfig, Settings};
 use crate::shared::{self, Kind, SharedScope};
 use crate::store::{Admission, Ask, LeaseAsk, Reconcile, Store};
 
@@ -114,8 +114,7 @@ impl RedisGovernor {
                 .as_nanos() as u64,
             None => DEFAULT_PERMIT_TTL.as_nanos() as u64,
         };
-        let store = Store::new(&settings.url, settings.timeout)
-            .map_err(|e| Error::config("redis.url", crate::settings::redact(&settings.url), e.to_string()))?;
+        let store = Store::new(client(&settings)?, settings.timeout);
         let inner = Arc::new(Inner {
             catalog: Ledger::new(&config)?,
             local: Governor::with_clock(&shared::local_config(&config, &settings), clock.clone())?,
@@ -208,6 +207,18 @@ impl Drop for RedisGovernor {
     fn drop(&mut self) {
         self.inner.return_leases(u64::MAX);
     }
+}
+
+/// The Redis client: plain, or TLS with the configured CA.
+fn client(settings: &Settings) -> Result<redis::Client> {
+    let url_error = |e: redis::RedisError| Error::config("redis.url", redact(&settings.url), e.to_string());
+    #[cfg(feature = "tls")]
+    if let Some(path) = &settings.tls_ca_file {
+        let root_cert = std::fs::read(path).map_err(|e| Error::config("redis.tls_ca_file", path, e.to_string()))?;
+        let certificates = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) };
+        return redis::Client::build_with_tls(settings.url.as_str(), certificates).map_err(url_error);
+    }
+    redis::Client::open(settings.url.as_str()).map_err(url_error)
 }
 
 fn request(route: Route, estimate: Usage) -> Request {

@@ -10,6 +10,7 @@
 //! timeout = "250ms"                # connect, read and write timeout of each Redis call
 //! retry_interval = "1s"            # how often a degraded process tries Redis again
 //! lease_ttl = "2s"                 # leased mode: a crashed process's lease returns after this
+//! # tls_ca_file = "/etc/ssl/redis-ca.pem"   # rediss:// with a private CA (feature `tls`)
 //!
 //! [redis.scopes."openai/org-main/gpt-4o"]
 //! mode = "exact"                   # or "leased"
@@ -70,6 +71,10 @@ pub struct RedisConfig {
     /// Lifetime of a lease (leased mode). Default 2s.
     #[serde(default)]
     pub lease_ttl: Option<String>,
+    /// PEM file of the CA to trust for `rediss://` instead of the
+    /// platform's roots (needs the `tls` feature).
+    #[serde(default)]
+    pub tls_ca_file: Option<String>,
     /// The shared scopes by path; every other scope stays local.
     #[serde(default)]
     pub scopes: BTreeMap<String, SharedScopeConfig>,
@@ -92,6 +97,8 @@ pub struct Settings {
     pub retry_interval: Duration,
     /// Lease lifetime in leased mode.
     pub lease_ttl: Duration,
+    /// The CA to trust for TLS, if not the platform's roots.
+    pub tls_ca_file: Option<String>,
     /// Shared scopes by path.
     pub scopes: BTreeMap<String, Mode>,
 }
@@ -105,6 +112,14 @@ impl Settings {
             .ok_or_else(|| Error::config("redis.url", "", "missing: set it in the config or in LLMGOV_REDIS_URL"))?;
         if !(url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("unix://")) {
             return Err(Error::config("redis.url", redact(&url), "must start with redis://, rediss:// or unix://"));
+        }
+        let tls = url.starts_with("rediss://") || raw.tls_ca_file.is_some();
+        if tls && !cfg!(feature = "tls") {
+            return Err(Error::config(
+                "redis.url",
+                redact(&url),
+                "TLS needs llmgov-redis built with the `tls` feature",
+            ));
         }
         let prefix_ok = !raw.prefix.is_empty()
             && raw.prefix.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
@@ -134,6 +149,7 @@ impl Settings {
             slot_ttl: duration("redis.slot_ttl", raw.slot_ttl.as_deref(), Duration::from_secs(10))?,
             timeout: duration("redis.timeout", raw.timeout.as_deref(), Duration::from_millis(250))?,
             retry_interval: duration("redis.retry_interval", raw.retry_interval.as_deref(), Duration::from_secs(1))?,
+            tls_ca_file: raw.tls_ca_file,
             lease_ttl: duration("redis.lease_ttl", raw.lease_ttl.as_deref(), Duration::from_secs(2))?,
             scopes: raw.scopes.into_iter().map(|(path, scope)| (path, scope.mode)).collect(),
         })

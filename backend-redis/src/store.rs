@@ -81,9 +81,9 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    pub fn new(url: &str, timeout: Duration) -> RedisResult<Self> {
-        Ok(Store {
-            client: Client::open(url)?,
+    pub fn new(client: Client, timeout: Duration) -> Self {
+        Store {
+            client,
             timeout,
             idle: Mutex::new(Vec::new()),
             acquire: Script::new(include_str!("../lua/acquire.lua")),
@@ -91,7 +91,7 @@ impl Store {
             heartbeat: Script::new(include_str!("../lua/heartbeat.lua")),
             lease: Script::new(include_str!("../lua/lease.lua")),
             calls: AtomicU64::new(0),
-        })
+        }
     }
 
     /// Runs `call` on a pooled connection; a connection that failed is dropped.

@@ -147,3 +147,38 @@ fn a_request_that_can_never_fit_is_told_at_once() {
         other => panic!("expected NeverFits, got {other:?}"),
     }
 }
+
+#[test]
+fn a_request_on_two_shared_scopes_holds_both_or_neither() {
+    let Some(url) = redis_url("a_request_on_two_shared_scopes_holds_both_or_neither") else { return };
+    let text = format!(
+        r#"
+        [scopes."openai/org"]
+        limits = [{{ dimension = "tokens", amount = 1000, window = "1d" }}]
+        [scopes."openai/org/gpt-4o"]
+        limits = [{{ dimension = "tokens", amount = 500, window = "1d" }}]
+        [redis]
+        url = "{url}"
+        prefix = "{}"
+        expected_processes = 2
+        [redis.scopes."openai/org"]
+        mode = "exact"
+        [redis.scopes."openai/org/gpt-4o"]
+        mode = "exact"
+        "#,
+        fresh_prefix("two-scopes")
+    );
+    let gov = RedisGovernor::from_toml(&text).unwrap();
+    let model = gov.route(&["openai/org/gpt-4o"]).unwrap(); // the org is its ancestor: both scopes
+    let org = gov.route(&["openai/org"]).unwrap();
+    let _held = gov.try_acquire(&model, Usage::new(200, 200)).unwrap(); // org 400/1000, model 400/500
+                                                                        // The org has room for 200, the model does not: refused, and the org's
+                                                                        // reservation is given back.
+    match gov.try_acquire(&model, Usage::new(100, 100)) {
+        Err(Error::RateLimited { scope, .. }) => assert_eq!(&*scope, "openai/org/gpt-4o"),
+        other => panic!("expected the model scope to refuse, got {other:?}"),
+    }
+    let mut rest = gov.try_acquire(&org, Usage::new(300, 300)).unwrap(); // exactly the 600 left
+    assert!(matches!(gov.try_acquire(&org, Usage::new(1, 0)), Err(Error::RateLimited { .. })));
+    gov.cancel(&mut rest).unwrap();
+}

@@ -150,4 +150,11 @@ fn config_errors_name_the_field_and_never_echo_a_password() {
     let err = bad(sliding);
     assert!(matches!(&err, Error::InvalidConfig { field, .. } if field == "scopes.p/s.limits[0].algorithm"), "{err}");
     assert_eq!(err.code(), "invalid_config");
+    if !cfg!(feature = "tls") {
+        let err = bad(&with("url = \"rediss://:pw@h\"\nprefix = \"p\"\nexpected_processes = 1"));
+        assert!(
+            matches!(&err, Error::InvalidConfig { field, value, reason } if field == "redis.url" && !value.contains("pw") && reason.contains("`tls` feature")),
+            "{err}"
+        );
+    }
 }

@@ -1,0 +1,115 @@
+//! `rediss://` against a redis-server serving TLS only, with a CA made for
+//! the test by openssl. Built and run with `--features tls` (make test-redis
+//! does); without the feature this file compiles to nothing.
+
+#![cfg(feature = "tls")]
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{free_port, fresh_prefix, PrivateRedis};
+use llmgov::Usage;
+use llmgov_redis::RedisGovernor;
+
+fn openssl(dir: &Path, args: &[&str]) -> bool {
+    match Command::new("openssl").args(args).current_dir(dir).output() {
+        Ok(out) if out.status.success() => true,
+        Ok(out) => panic!("openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr)),
+        Err(e) => {
+            eprintln!("SKIPPED tls: cannot run openssl ({e})");
+            false
+        }
+    }
+}
+
+/// A CA and a server certificate for 127.0.0.1, in a fresh directory.
+fn certificates(dir: &Path) -> bool {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    let days = ["-days", "1"];
+    openssl(
+        dir,
+        &[
+            &["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt"][..],
+            &days,
+            &["-subj", "/CN=llmgov test CA"],
+        ]
+        .concat(),
+    ) && openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    ) && openssl(
+        dir,
+        &[
+            &["x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial"][..],
+            &days,
+            &["-out", "server.crt", "-extfile", "san.ext"],
+        ]
+        .concat(),
+    )
+}
+
+#[test]
+fn rediss_with_a_private_ca_admits_through_tls() {
+    let dir = std::env::temp_dir().join(fresh_prefix("tls"));
+    if !certificates(&dir) {
+        return;
+    }
+    let port = free_port();
+    let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    let port_text = port.to_string();
+    let (cert, key, ca) = (file("server.crt"), file("server.key"), file("ca.crt"));
+    let tls_only = [
+        "--port",
+        "0",
+        "--tls-port",
+        &port_text,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        "no",
+    ];
+    let Some(_redis) = PrivateRedis::start("tls", port, &tls_only) else { return };
+    let gov = RedisGovernor::from_toml(&format!(
+        r#"
+        [scopes."p/shared"]
+        limits = [{{ dimension = "requests", amount = 5, window = "1d" }}]
+        [redis]
+        url = "rediss://127.0.0.1:{port}"
+        tls_ca_file = "{ca}"
+        prefix = "{}"
+        expected_processes = 5
+        [redis.scopes."p/shared"]
+        mode = "exact"
+        "#,
+        fresh_prefix("tls")
+    ))
+    .unwrap();
+    let route = gov.route(&["p/shared"]).unwrap();
+    for _ in 0..5 {
+        let mut permit = gov.try_acquire(&route, Usage::new(1, 1)).unwrap();
+        assert!(!permit.from_fallback(), "{:?}", gov.health());
+        gov.settle(&mut permit, Usage::new(1, 1)).unwrap();
+    }
+    assert!(gov.try_acquire(&route, Usage::new(1, 1)).is_err(), "the sixth is refused by Redis");
+    let health = gov.health();
+    assert!(!health.degraded && health.redis_errors == 0, "{health:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
