@@ -13,6 +13,7 @@ use crate::errors::{Error, Result};
 use crate::health::{Health, HealthState};
 use crate::heartbeat::Heartbeat;
 use crate::lease::{lease_size, LocalLease};
+use crate::outage::OutageDebt;
 use crate::settings::{redact, Mode, RedisConfig, Settings};
 use crate::shared::{self, Kind, SharedScope};
 use crate::store::{Admission, Ask, LeaseAsk, Reconcile, Store};
@@ -39,6 +40,8 @@ pub struct SharedRoute {
 pub struct SharedPermit {
     local: Option<Permit>,
     fallback: Option<Permit>,
+    /// With `fallback`: the shared scopes it stood in for, and the estimate.
+    outage: Option<(Box<[usize]>, Usage)>,
     holds: Vec<Hold>,
     reconciled: bool,
 }
@@ -79,6 +82,8 @@ pub(crate) struct Inner {
     pub(crate) held: Vec<Mutex<HashMap<String, u64>>>,
     /// This process's lease per shared scope (used by leased scopes).
     leases: Vec<LocalLease>,
+    /// What the safe share admitted while Redis was away, owed to Redis.
+    outage: OutageDebt,
     health: HealthState,
 }
 
@@ -127,6 +132,7 @@ impl RedisGovernor {
             epochs: scopes.iter().map(|_| Mutex::new(None)).collect(),
             held: scopes.iter().map(|_| Mutex::new(HashMap::new())).collect(),
             leases: scopes.iter().map(|s| LocalLease::new(s.limits.len())).collect(),
+            outage: OutageDebt::new(&scopes),
             health: HealthState::default(),
             index,
             scopes,
@@ -235,7 +241,7 @@ impl Inner {
             Some(r) => Some(self.local.try_acquire(&request(r, estimate)).map_err(Error::from_core)?),
             None => None,
         };
-        let mut permit = SharedPermit { local, fallback: None, holds: Vec::new(), reconciled: false };
+        let mut permit = SharedPermit { local, fallback: None, outage: None, holds: Vec::new(), reconciled: false };
         let Some(fallback_route) = route.fallback else { return Ok(permit) };
         let now = self.clock.now();
         if self.health.redis_usable(now, self.settings.retry_interval) {
@@ -243,6 +249,7 @@ impl Inner {
                 Ok(Ok(holds)) => {
                     self.health.on_success();
                     permit.holds = holds;
+                    self.repay_outage(&route.shared, now);
                     return Ok(permit);
                 }
                 Ok(Err(denial)) => {
@@ -259,7 +266,11 @@ impl Inner {
         match self.fallback.try_acquire(&request(fallback_route, estimate)) {
             Ok(granted) => {
                 self.health.on_fallback_admission();
+                for &i in route.shared.iter() {
+                    self.outage.charge(&self.scopes[i], i, &estimate);
+                }
                 permit.fallback = Some(granted);
+                permit.outage = Some((route.shared.clone(), estimate));
                 Ok(permit)
             }
             Err(e) => {
@@ -363,6 +374,11 @@ impl Inner {
                 }
             }
         }
+        if let Some((shared, estimate)) = &permit.outage {
+            for &i in shared.iter() {
+                self.outage.reconcile(&self.scopes[i], i, estimate, actual.as_ref());
+            }
+        }
         let now = self.clock.now();
         for hold in &permit.holds {
             if let Err(e) = self.reconcile_hold(hold, actual.as_ref()) {
@@ -374,9 +390,29 @@ impl Inner {
         Ok(())
     }
 
+    /// Charges the shared scopes what the safe share admitted on them
+    /// while Redis was away (nothing to do, and no call, when nothing is owed).
+    fn repay_outage(&self, shared: &[usize], now: u64) {
+        for &i in shared {
+            let owed = self.outage.take(i);
+            if owed.is_empty() {
+                continue;
+            }
+            let reconcile = Reconcile { epoch: "", slot: None, deltas: &owed };
+            if let Err(e) = self.store.settle(&self.scopes[i], &reconcile) {
+                self.outage.restore(i, &owed);
+                self.health.on_error(&e, now, self.settings.retry_interval);
+                self.store.drop_idle();
+            }
+        }
+    }
+
     fn saw_epoch(&self, i: usize, epoch: &str, reset: bool) {
         if reset {
             self.health.on_state_reset();
+            // The safe-share restart already stands for the unknown past,
+            // this process's outage admissions included: not charged twice.
+            self.outage.take(i);
         }
         *self.epochs[i].lock() = Some(epoch.to_owned());
     }
