@@ -12,11 +12,11 @@ use parking_lot::Mutex;
 use crate::errors::{Error, Result};
 use crate::health::{Health, HealthState};
 use crate::heartbeat::Heartbeat;
-use crate::lease::{lease_size, LocalLease};
+use crate::lease::LocalLease;
 use crate::outage::OutageDebt;
 use crate::settings::{redact, Mode, RedisConfig, Settings};
 use crate::shared::{self, Kind, SharedScope};
-use crate::store::{Admission, Ask, LeaseAsk, Reconcile, Store};
+use crate::store::{Admission, Ask, Reconcile, Store};
 
 const DEFAULT_PERMIT_TTL: Duration = Duration::from_secs(600);
 
@@ -55,36 +55,36 @@ impl SharedPermit {
 
 /// One shared scope's reservation in Redis.
 #[derive(Debug)]
-struct Hold {
-    scope: usize,
+pub(crate) struct Hold {
+    pub(crate) scope: usize,
     /// The local lease's generation, in leased mode.
-    lease: Option<i64>,
-    epoch: String,
-    slot: Option<String>,
-    reserved: Vec<u64>,
+    pub(crate) lease: Option<i64>,
+    pub(crate) epoch: String,
+    pub(crate) slot: Option<String>,
+    pub(crate) reserved: Vec<u64>,
 }
 
 pub(crate) struct Inner {
-    settings: Settings,
+    pub(crate) settings: Settings,
     pub(crate) scopes: Vec<SharedScope>,
     index: HashMap<String, usize>,
-    catalog: Ledger,
+    pub(crate) catalog: Ledger,
     local: Governor,
     fallback: Governor,
-    clock: Arc<dyn Clock>,
+    pub(crate) clock: Arc<dyn Clock>,
     pub(crate) store: Store,
-    process_id: String,
+    pub(crate) process_id: String,
     next_slot: AtomicU64,
     permit_ttl_ns: u64,
     /// The state epoch each shared scope had when this process last saw it.
-    epochs: Vec<Mutex<Option<String>>>,
+    pub(crate) epochs: Vec<Mutex<Option<String>>>,
     /// Concurrency slots held per shared scope, with when their permit expires.
     pub(crate) held: Vec<Mutex<HashMap<String, u64>>>,
     /// This process's lease per shared scope (used by leased scopes).
-    leases: Vec<LocalLease>,
+    pub(crate) leases: Vec<LocalLease>,
     /// What the safe share admitted while Redis was away, owed to Redis.
     outage: OutageDebt,
-    health: HealthState,
+    pub(crate) health: HealthState,
 }
 
 impl RedisGovernor {
@@ -407,7 +407,7 @@ impl Inner {
         }
     }
 
-    fn saw_epoch(&self, i: usize, epoch: &str, reset: bool) {
+    pub(crate) fn saw_epoch(&self, i: usize, epoch: &str, reset: bool) {
         if reset {
             self.health.on_state_reset();
             // The safe-share restart already stands for the unknown past,
@@ -415,105 +415,6 @@ impl Inner {
             self.outage.take(i);
         }
         *self.epochs[i].lock() = Some(epoch.to_owned());
-    }
-
-    /// Leased mode: from the local lease without a round trip, or after
-    /// renewing it (returning what is unused) when it is spent or late.
-    fn acquire_leased(&self, i: usize, costs: Vec<u64>) -> redis::RedisResult<Result<Hold>> {
-        let lease = &self.leases[i];
-        let hold = |generation| Hold {
-            scope: i,
-            lease: Some(generation),
-            epoch: String::new(),
-            slot: None,
-            reserved: costs.clone(),
-        };
-        if let Some(generation) = lease.try_take(&costs, self.clock.now()) {
-            return Ok(Ok(hold(generation)));
-        }
-        let _renewing = lease.renewing.lock();
-        let now = self.clock.now();
-        if let Some(generation) = lease.try_take(&costs, now) {
-            return Ok(Ok(hold(generation)));
-        }
-        self.renew(i, Some(&costs), now)?;
-        Ok(match lease.try_take(&costs, now) {
-            Some(generation) => Ok(hold(generation)),
-            None => {
-                let scope = &self.scopes[i];
-                let refusing = lease.short_limit(&costs).unwrap_or(0);
-                Err(Error::RateLimited {
-                    scope: scope.path.clone(),
-                    dimension: scope.limits[refusing].dimension,
-                    retry_after: None,
-                })
-            }
-        })
-    }
-
-    /// Returns scope `i`'s lease and, for `costs`, takes a new one sized
-    /// from recent demand (`None`: take nothing). Call holding `renewing`.
-    fn renew(&self, i: usize, costs: Option<&[u64]>, now: u64) -> redis::RedisResult<()> {
-        let (scope, lease) = (&self.scopes[i], &self.leases[i]);
-        let old_deadline = lease.deadline();
-        let returned = lease.take_all();
-        let processes = u64::from(self.settings.expected_processes);
-        let want: Vec<u64> = match costs {
-            Some(costs) => scope
-                .limits
-                .iter()
-                .zip(costs)
-                .zip(lease.demand(&returned.used))
-                .map(|((limit, &cost), used)| lease_size(used, cost, (limit.burst() / processes).max(1)))
-                .collect(),
-            None => {
-                lease.remember_demand(&returned.used);
-                vec![0; scope.limits.len()]
-            }
-        };
-        let returned_epoch = lease.epoch.lock().clone();
-        let seen = self.epochs[i].lock().clone();
-        let fresh = format!("{:016x}", rand::random::<u64>());
-        let ttl = self.settings.lease_ttl;
-        let ask = LeaseAsk {
-            seen_epoch: seen.as_deref(),
-            fresh_epoch: &fresh,
-            safe_share: self.settings.safe_share(),
-            lease_id: &self.process_id,
-            ttl_us: ttl.as_micros() as u64,
-            returned_epoch: returned_epoch.as_deref(),
-            give_back: &returned.give_back,
-            want: &want,
-        };
-        match self.store.lease(scope, &ask) {
-            Ok(grant) => {
-                self.saw_epoch(i, &grant.epoch, grant.reset);
-                *lease.epoch.lock() = Some(grant.epoch);
-                // Counted from before the call, so it ends before Redis's expiry.
-                let usable = ttl.as_nanos() as u64 / 10 * 9;
-                lease.install(&grant.grants, now.saturating_add(usable));
-                Ok(())
-            }
-            Err(e) => {
-                lease.restore(&returned, old_deadline);
-                Err(e)
-            }
-        }
-    }
-
-    /// Returns every lease whose local deadline falls before `horizon`.
-    pub(crate) fn return_leases(&self, horizon: u64) {
-        for (i, lease) in self.leases.iter().enumerate() {
-            if self.scopes[i].mode != Mode::Leased || !lease.holds_anything() || lease.deadline() > horizon {
-                continue;
-            }
-            let _renewing = lease.renewing.lock();
-            let now = self.clock.now();
-            if let Err(e) = self.renew(i, None, now) {
-                self.health.on_error(&e, now, self.settings.retry_interval);
-                self.store.drop_idle();
-            }
-        }
     }
 
     fn reconcile_hold(&self, hold: &Hold, actual: Option<&Usage>) -> redis::RedisResult<()> {

@@ -65,6 +65,7 @@ mod governor;
 mod health;
 mod heartbeat;
 mod lease;
+mod leased;
 mod outage;
 pub mod settings;
 mod shared;

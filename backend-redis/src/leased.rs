@@ -1,0 +1,109 @@
+//! Leased mode's Redis side: taking, renewing and returning a process's
+//! lease on a shared scope (the local side is [`crate::lease`]).
+
+use crate::errors::{Error, Result};
+use crate::governor::{Hold, Inner};
+use crate::lease::lease_size;
+use crate::settings::Mode;
+use crate::store::LeaseAsk;
+
+impl Inner {
+    /// Leased mode: from the local lease without a round trip, or after
+    /// renewing it (returning what is unused) when it is spent or late.
+    pub(crate) fn acquire_leased(&self, i: usize, costs: Vec<u64>) -> redis::RedisResult<Result<Hold>> {
+        let lease = &self.leases[i];
+        let hold = |generation| Hold {
+            scope: i,
+            lease: Some(generation),
+            epoch: String::new(),
+            slot: None,
+            reserved: costs.clone(),
+        };
+        if let Some(generation) = lease.try_take(&costs, self.clock.now()) {
+            return Ok(Ok(hold(generation)));
+        }
+        let _renewing = lease.renewing.lock();
+        let now = self.clock.now();
+        if let Some(generation) = lease.try_take(&costs, now) {
+            return Ok(Ok(hold(generation)));
+        }
+        self.renew(i, Some(&costs), now)?;
+        Ok(match lease.try_take(&costs, now) {
+            Some(generation) => Ok(hold(generation)),
+            None => {
+                let scope = &self.scopes[i];
+                let refusing = lease.short_limit(&costs).unwrap_or(0);
+                Err(Error::RateLimited {
+                    scope: scope.path.clone(),
+                    dimension: scope.limits[refusing].dimension,
+                    retry_after: None,
+                })
+            }
+        })
+    }
+
+    /// Returns scope `i`'s lease and, for `costs`, takes a new one sized
+    /// from recent demand (`None`: take nothing). Call holding `renewing`.
+    fn renew(&self, i: usize, costs: Option<&[u64]>, now: u64) -> redis::RedisResult<()> {
+        let (scope, lease) = (&self.scopes[i], &self.leases[i]);
+        let old_deadline = lease.deadline();
+        let returned = lease.take_all();
+        let processes = u64::from(self.settings.expected_processes);
+        let want: Vec<u64> = match costs {
+            Some(costs) => scope
+                .limits
+                .iter()
+                .zip(costs)
+                .zip(lease.demand(&returned.used))
+                .map(|((limit, &cost), used)| lease_size(used, cost, (limit.burst() / processes).max(1)))
+                .collect(),
+            None => {
+                lease.remember_demand(&returned.used);
+                vec![0; scope.limits.len()]
+            }
+        };
+        let returned_epoch = lease.epoch.lock().clone();
+        let seen = self.epochs[i].lock().clone();
+        let fresh = format!("{:016x}", rand::random::<u64>());
+        let ttl = self.settings.lease_ttl;
+        let ask = LeaseAsk {
+            seen_epoch: seen.as_deref(),
+            fresh_epoch: &fresh,
+            safe_share: self.settings.safe_share(),
+            lease_id: &self.process_id,
+            ttl_us: ttl.as_micros() as u64,
+            returned_epoch: returned_epoch.as_deref(),
+            give_back: &returned.give_back,
+            want: &want,
+        };
+        match self.store.lease(scope, &ask) {
+            Ok(grant) => {
+                self.saw_epoch(i, &grant.epoch, grant.reset);
+                *lease.epoch.lock() = Some(grant.epoch);
+                // Counted from before the call, so it ends before Redis's expiry.
+                let usable = ttl.as_nanos() as u64 / 10 * 9;
+                lease.install(&grant.grants, now.saturating_add(usable));
+                Ok(())
+            }
+            Err(e) => {
+                lease.restore(&returned, old_deadline);
+                Err(e)
+            }
+        }
+    }
+
+    /// Returns every lease whose local deadline falls before `horizon`.
+    pub(crate) fn return_leases(&self, horizon: u64) {
+        for (i, lease) in self.leases.iter().enumerate() {
+            if self.scopes[i].mode != Mode::Leased || !lease.holds_anything() || lease.deadline() > horizon {
+                continue;
+            }
+            let _renewing = lease.renewing.lock();
+            let now = self.clock.now();
+            if let Err(e) = self.renew(i, None, now) {
+                self.health.on_error(&e, now, self.settings.retry_interval);
+                self.store.drop_idle();
+            }
+        }
+    }
+}
