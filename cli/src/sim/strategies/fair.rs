@@ -10,12 +10,11 @@ use std::collections::{BTreeSet, HashMap};
 
 use llmgov::config::classes::{ClassConfig, ShareConfig};
 use llmgov::scheduler::{Outcome, Scheduler, WaiterId};
-use llmgov::{classify_response, Config, Ledger, Permit, ProviderHint, Request, Route, Usage};
+use llmgov::{Config, Ledger, Request, Route};
 
-use super::llmgov::{ledger_config, reservation, DEFAULT_RETRY_NS, SCOPE, TIMER_SLACK_NS};
-use super::retryable;
+use super::llmgov::{ledger_config, reservation, InFlight, SCOPE, TIMER_SLACK_NS};
 use crate::error::CliError;
-use crate::provider::{Charging, ProviderConfig, ProviderUsage, Rejected};
+use crate::provider::{ProviderConfig, ProviderUsage, Rejected};
 use crate::sim::engine::{Client, Cx, Timer};
 use crate::sim::scenario::{Class, OutputReserve, Tenant};
 
@@ -59,9 +58,8 @@ pub(crate) struct Fair {
     /// Each tenant's route: its scope and the provider's.
     routes: Vec<Route>,
     classes: Vec<String>,
-    charging: Charging,
     waiting: HashMap<WaiterId, usize>,
-    permits: Vec<Option<Permit>>,
+    in_flight: InFlight,
     /// Gate timers set and not yet fired.
     timers: BTreeSet<u64>,
 }
@@ -83,9 +81,8 @@ impl Fair {
             ledger,
             routes,
             classes: classes.iter().map(|c| c.config.name.clone()).collect(),
-            charging: provider.charging(),
             waiting: HashMap::new(),
-            permits: (0..jobs).map(|_| None).collect(),
+            in_flight: InFlight::new(jobs, provider.charging()),
             timers: BTreeSet::new(),
         })
     }
@@ -93,7 +90,7 @@ impl Fair {
     /// Queues a job (refused at once: given up) and polls.
     fn submit(&mut self, now: u64, job: usize, cx: &mut Cx) -> Result<(), CliError> {
         let j = &cx.jobs[job];
-        let (input, output) = reservation(self.charging, j);
+        let (input, output) = reservation(self.in_flight.charging(), j);
         let request = Request::new(self.routes[j.tenant]).input_tokens(input).max_output_tokens(output);
         match self.scheduler.submit(&self.ledger, request, &self.classes[j.class], None, now) {
             Ok(id) => {
@@ -112,7 +109,7 @@ impl Fair {
             let job = self.waiting.remove(&outcome.waiter()).expect("every waiter is a job");
             match outcome {
                 Outcome::Admitted { permit, .. } => {
-                    self.permits[job] = Some(permit);
+                    self.in_flight.hold(job, permit);
                     cx.send(job);
                 }
                 Outcome::Refused { .. } => cx.fail(job),
@@ -126,25 +123,6 @@ impl Fair {
             }
         }
         Ok(())
-    }
-
-    /// Feeds the provider's answer to `job` back to the ledger.
-    fn report(
-        &self,
-        now: u64,
-        job: usize,
-        status: u16,
-        headers: &[(String, String)],
-        body: &[u8],
-    ) -> Result<(), CliError> {
-        let feedback = classify_response(status, headers, body, ProviderHint::Auto, now / 1_000_000);
-        let permit = self.permits[job].as_ref().expect("a request in flight holds a permit");
-        self.ledger.report(permit, &feedback, now)?;
-        Ok(())
-    }
-
-    fn permit(&mut self, job: usize) -> Permit {
-        self.permits[job].take().expect("a request in flight holds a permit")
     }
 }
 
@@ -165,15 +143,7 @@ impl Client for Fair {
 
     /// As the `llmgov` strategy: report, keep the local charge, retry.
     fn rejected(&mut self, now: u64, job: usize, rejected: &Rejected, cx: &mut Cx) -> Result<(), CliError> {
-        self.report(now, job, rejected.status, &rejected.headers, rejected.body.as_bytes())?;
-        let mut permit = self.permit(job);
-        let charged = permit.charged();
-        self.ledger.settle(&mut permit, charged, now)?;
-        if retryable(rejected.kind) {
-            cx.at(now + rejected.retry_after_ns.unwrap_or(DEFAULT_RETRY_NS).max(1), Timer::Retry(job));
-        } else {
-            cx.fail(job);
-        }
+        self.in_flight.refused(&self.ledger, now, job, rejected, cx)?;
         self.pump(now, cx)
     }
 
@@ -185,13 +155,7 @@ impl Client for Fair {
         headers: &[(String, String)],
         cx: &mut Cx,
     ) -> Result<(), CliError> {
-        self.report(now, job, 200, headers, b"")?;
-        let mut permit = self.permit(job);
-        let actual = match self.charging {
-            Charging::Openai => permit.charged(),
-            Charging::Anthropic | Charging::Actual => Usage::new(usage.input_tokens, usage.output_tokens),
-        };
-        self.ledger.settle(&mut permit, actual, now)?;
+        self.in_flight.succeeded(&self.ledger, now, job, &usage, headers)?;
         self.pump(now, cx)
     }
 }

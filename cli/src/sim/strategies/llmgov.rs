@@ -153,12 +153,104 @@ pub(super) fn ledger_config(
     Ok(Config { scopes: BTreeMap::from([(SCOPE.to_owned(), scope)]), adaptive, ..Config::default() })
 }
 
-/// The ledger, the permits of requests in flight, and the line.
+/// The requests in flight, their permits, and what the provider's answers
+/// do to them: shared by the `llmgov` and `llmgov_fair` strategies.
+pub(super) struct InFlight {
+    permits: Vec<Option<Permit>>,
+    charging: Charging,
+}
+
+impl InFlight {
+    pub fn new(jobs: usize, charging: Charging) -> Self {
+        InFlight { permits: (0..jobs).map(|_| None).collect(), charging }
+    }
+
+    /// How the provider charges.
+    pub fn charging(&self) -> Charging {
+        self.charging
+    }
+
+    /// `job` is sent with `permit`.
+    pub fn hold(&mut self, job: usize, permit: Permit) {
+        self.permits[job] = Some(permit);
+    }
+
+    fn take(&mut self, job: usize) -> Permit {
+        self.permits[job].take().expect("a request in flight holds a permit")
+    }
+
+    /// Classifies the provider's answer to `job` and reports it to the ledger.
+    fn report(
+        &self,
+        ledger: &Ledger,
+        now: u64,
+        job: usize,
+        status: u16,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> Result<(), CliError> {
+        // The simulated provider's wall clock starts at the epoch.
+        let feedback = classify_response(status, headers, body, ProviderHint::Auto, now / 1_000_000);
+        let permit = self.permits[job].as_ref().expect("a request in flight holds a permit");
+        ledger.report(permit, &feedback, now)?;
+        Ok(())
+    }
+
+    /// The provider refused what the ledger let through: its limits are
+    /// wrong or unknown. Its answer is reported to the ledger (a 429 holds
+    /// the bucket it names empty until the retry-after and slows its pace;
+    /// `limit` and `remaining` headers correct the others), and the attempt
+    /// keeps its local charge (settled as estimated rather than cancelled),
+    /// so that retries are paced rather than handed the same capacity
+    /// straight back. A retryable refusal is retried after the provider's
+    /// wait; another fails the job.
+    pub fn refused(
+        &mut self,
+        ledger: &Ledger,
+        now: u64,
+        job: usize,
+        rejected: &Rejected,
+        cx: &mut Cx,
+    ) -> Result<(), CliError> {
+        self.report(ledger, now, job, rejected.status, &rejected.headers, rejected.body.as_bytes())?;
+        let mut permit = self.take(job);
+        let charged = permit.charged();
+        ledger.settle(&mut permit, charged, now)?;
+        if retryable(rejected.kind) {
+            cx.at(now + rejected.retry_after_ns.unwrap_or(DEFAULT_RETRY_NS).max(1), Timer::Retry(job));
+        } else {
+            cx.fail(job);
+        }
+        Ok(())
+    }
+
+    /// A success: its headers keep the ledger honest (and discover limits
+    /// left unset), then the permit settles on what the provider charged.
+    pub fn succeeded(
+        &mut self,
+        ledger: &Ledger,
+        now: u64,
+        job: usize,
+        usage: &ProviderUsage,
+        headers: &[(String, String)],
+    ) -> Result<(), CliError> {
+        self.report(ledger, now, job, 200, headers, b"")?;
+        let mut permit = self.take(job);
+        let actual = match self.charging {
+            // OpenAI gives nothing back: settle on what it charged.
+            Charging::Openai => permit.charged(),
+            Charging::Anthropic | Charging::Actual => Usage::new(usage.input_tokens, usage.output_tokens),
+        };
+        ledger.settle(&mut permit, actual, now)?;
+        Ok(())
+    }
+}
+
+/// The ledger, the requests in flight, and the line.
 pub(crate) struct Llmgov {
     ledger: Ledger,
     route: Route,
-    charging: Charging,
-    permits: Vec<Option<Permit>>,
+    in_flight: InFlight,
     line: Line,
     /// Whether settling can refund tokens or free a concurrency slot.
     settling_frees: bool,
@@ -187,7 +279,6 @@ impl Llmgov {
     ) -> Result<Self, CliError> {
         let ledger = Ledger::new(&ledger_config(provider, knows_limits, factor, reserve, adaptive)?)?;
         let route = ledger.route(&[SCOPE])?;
-        let permits = (0..jobs).map(|_| None).collect();
         let charging = provider.charging();
         let settling_frees = charging != Charging::Openai || (knows_limits && provider.concurrency.is_some());
         let outputs = match reserve {
@@ -195,27 +286,8 @@ impl Llmgov {
             OutputReserve::Learned => Some(OutputModel::new(OutputConfig::default())?),
         };
         let line = Line::default();
-        Ok(Llmgov { ledger, route, charging, permits, line, settling_frees, outputs, classes: Vec::new() })
-    }
-
-    fn permit(&mut self, job: usize) -> Permit {
-        self.permits[job].take().expect("a request in flight holds a permit")
-    }
-
-    /// Classifies the provider's answer to `job` and reports it to the ledger.
-    fn report(
-        &self,
-        now: u64,
-        job: usize,
-        status: u16,
-        headers: &[(String, String)],
-        body: &[u8],
-    ) -> Result<(), CliError> {
-        // The simulated provider's wall clock starts at the epoch.
-        let feedback = classify_response(status, headers, body, ProviderHint::Auto, now / 1_000_000);
-        let permit = self.permits[job].as_ref().expect("a request in flight holds a permit");
-        self.ledger.report(permit, &feedback, now)?;
-        Ok(())
+        let in_flight = InFlight::new(jobs, charging);
+        Ok(Llmgov { ledger, route, in_flight, line, settling_frees, outputs, classes: Vec::new() })
     }
 }
 
@@ -226,9 +298,9 @@ impl Gated for Llmgov {
 
     /// Tries the heads of the line against the ledger.
     fn pump(&mut self, now: u64, cx: &mut Cx) -> Result<(), CliError> {
-        let Llmgov { ledger, route, charging, permits, line, outputs, classes, .. } = self;
+        let Llmgov { ledger, route, in_flight, line, outputs, classes, .. } = self;
         line.pump(now, cx, |job| {
-            let (input, output) = reservation(*charging, job);
+            let (input, output) = reservation(in_flight.charging(), job);
             let mut request = Request::new(*route).input_tokens(input).max_output_tokens(output);
             if let Some(model) = outputs {
                 let key = class_key(classes, job.class);
@@ -236,7 +308,7 @@ impl Gated for Llmgov {
             }
             match ledger.try_acquire(&request, now) {
                 Ok(permit) => {
-                    permits[job.id] = Some(permit);
+                    in_flight.hold(job.id, permit);
                     Ok(Gate::Go)
                 }
                 Err(
@@ -262,28 +334,13 @@ impl Client for Llmgov {
         self.wake_gated(now, timer, cx)
     }
 
-    /// The provider refused what the ledger let through: its limits are
-    /// wrong or unknown. Its answer is reported to the ledger (a 429 holds
-    /// the bucket it names empty until the retry-after and slows its pace;
-    /// `limit` and `remaining` headers correct the others), and the attempt
-    /// keeps its local charge (settled as estimated rather than cancelled),
-    /// so that retries are paced rather than handed the same capacity
-    /// straight back.
+    /// See [`InFlight::refused`].
     fn rejected(&mut self, now: u64, job: usize, rejected: &Rejected, cx: &mut Cx) -> Result<(), CliError> {
-        self.report(now, job, rejected.status, &rejected.headers, rejected.body.as_bytes())?;
-        let mut permit = self.permit(job);
-        let charged = permit.charged();
-        self.ledger.settle(&mut permit, charged, now)?;
-        if retryable(rejected.kind) {
-            cx.at(now + rejected.retry_after_ns.unwrap_or(DEFAULT_RETRY_NS).max(1), Timer::Retry(job));
-        } else {
-            cx.fail(job);
-        }
+        self.in_flight.refused(&self.ledger, now, job, rejected, cx)?;
         self.pump(now, cx)
     }
 
-    /// A success: its headers keep the ledger honest (and discover limits
-    /// left unset), then the permit settles on what the provider charged.
+    /// See [`InFlight::succeeded`]; where outputs are learned, this one's is.
     fn finished(
         &mut self,
         now: u64,
@@ -292,14 +349,7 @@ impl Client for Llmgov {
         headers: &[(String, String)],
         cx: &mut Cx,
     ) -> Result<(), CliError> {
-        self.report(now, job, 200, headers, b"")?;
-        let mut permit = self.permit(job);
-        let actual = match self.charging {
-            // OpenAI gives nothing back: settle on what it charged.
-            Charging::Openai => permit.charged(),
-            Charging::Anthropic | Charging::Actual => Usage::new(usage.input_tokens, usage.output_tokens),
-        };
-        self.ledger.settle(&mut permit, actual, now)?;
+        self.in_flight.succeeded(&self.ledger, now, job, &usage, headers)?;
         if let Some(model) = &self.outputs {
             model.record(self.route, class_key(&mut self.classes, cx.jobs[job].class), usage.output_tokens);
         }
