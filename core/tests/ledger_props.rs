@@ -175,6 +175,27 @@ fn tokens_limit(gov: &Governor) -> llmgov::LimitSnapshot {
     gov.scope_snapshot(id).unwrap().limit(Dimension::Tokens).unwrap().clone()
 }
 
+/// Over any interval ending at the last step, if it was an admission, the
+/// bucket took in at most its burst plus the refill over the interval: net
+/// of every refund made in it (a refund gives capacity back now, up to the
+/// burst; see gcra.rs), in exact integers (taken·W ≤ burst·W + amount·(u−s)),
+/// plus 1 ns of rounding per event.
+fn assert_within_burst_plus_refill(log: &[Charge], burst: u64, amount: u64, window_ns: u64) {
+    let Some(last) = log.last().filter(|c| c.admission) else { return };
+    let u = last.at;
+    for (i, start) in log.iter().enumerate() {
+        let s = start.at;
+        let events = &log[i..];
+        let taken: i128 = events.iter().map(|c| c.amount).sum();
+        let slack = (events.len() as i128 + 2) * amount as i128;
+        let bound = burst as i128 * window_ns as i128 + amount as i128 * (u - s) as i128 + slack;
+        assert!(
+            taken * window_ns as i128 <= bound,
+            "took {taken} over [{s}, {u}] with burst {burst}, {amount}/{window_ns}ns"
+        );
+    }
+}
+
 const WINDOWS_MS: [u64; 3] = [1_000, 10_000, 60_000];
 
 proptest! {
@@ -194,20 +215,7 @@ proptest! {
         replay(limit, &ops, |gov, log, _| {
             let snap = tokens_limit(gov);
             assert!(snap.available <= burst as i64, "refund created capacity: {snap:?}");
-            let Some(last) = log.last().filter(|c| c.admission) else { return };
-            let u = last.at;
-            for (i, start) in log.iter().enumerate() {
-                let s = start.at;
-                let events = &log[i..];
-                // Net of every refund made in the interval: a refund gives
-                // capacity back now, up to the burst (see gcra.rs).
-                let taken: i128 = events.iter().map(|c| c.amount).sum();
-                // Exact integers: taken·W ≤ burst·W + amount·(u−s), plus 1 ns of
-                // rounding per event (see gcra.rs).
-                let slack = (events.len() as i128 + 2) * amount as i128;
-                let bound = burst as i128 * window_ns as i128 + amount as i128 * (u - s) as i128 + slack;
-                assert!(taken * window_ns as i128 <= bound, "took {taken} over [{s}, {u}] with burst {burst}, {amount}/{window_ns}ns");
-            }
+            assert_within_burst_plus_refill(log, burst, amount, window_ns);
         });
     }
 
@@ -228,16 +236,7 @@ proptest! {
             let snap = tokens_limit(gov);
             assert!(snap.available <= burst as i64, "feedback created capacity: {snap:?}");
             assert!(snap.effective_amount.unwrap() <= amount, "above the configured amount: {snap:?}");
-            let Some(last) = log.last().filter(|c| c.admission) else { return };
-            let u = last.at;
-            for (i, start) in log.iter().enumerate() {
-                let s = start.at;
-                let events = &log[i..];
-                let taken: i128 = events.iter().map(|c| c.amount).sum();
-                let slack = (events.len() as i128 + 2) * amount as i128;
-                let bound = burst as i128 * window_ns as i128 + amount as i128 * (u - s) as i128 + slack;
-                assert!(taken * window_ns as i128 <= bound, "took {taken} over [{s}, {u}] with burst {burst}, {amount}/{window_ns}ns");
-            }
+            assert_within_burst_plus_refill(log, burst, amount, window_ns);
         });
     }
 
