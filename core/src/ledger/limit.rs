@@ -163,29 +163,10 @@ impl Limit {
 
     /// Reserves `cost` at `now`. A refusal carries the absolute time at which
     /// this limit would pass, or `None` when that depends on releases.
-    /// On a provider scope, `pace` sets what a token-bucket charge costs, and
-    /// the charge is pushed on `paced`.
     #[inline]
-    pub fn try_reserve(
-        &self,
-        bucket: &Bucket,
-        cost: u64,
-        now: u64,
-        ttl: TtlSlots,
-        pace: Option<&Pace>,
-        paced: &mut PacedCharges,
-    ) -> Result<(), Option<u64>> {
+    pub fn try_reserve(&self, bucket: &Bucket, cost: u64, now: u64, ttl: TtlSlots) -> Result<(), Option<u64>> {
         match (&self.rule, bucket) {
-            (Rule::TokenBucket(p), Bucket::Tat(tat)) => match pace {
-                None => p.try_reserve(tat, cost, now).map_err(|RetryAt(at)| Some(at)),
-                Some(_) if cost == 0 => Ok(()),
-                Some(pace) => {
-                    let charge = pace.charge_ns(self.shape(p), cost);
-                    p.try_reserve_ns(tat, charge, now).map_err(|RetryAt(at)| Some(at))?;
-                    paced.push(charge);
-                    Ok(())
-                }
-            },
+            (Rule::TokenBucket(p), Bucket::Tat(tat)) => p.try_reserve(tat, cost, now).map_err(|RetryAt(at)| Some(at)),
             (Rule::SlidingWindow { amount, slot, .. }, Bucket::Window(ring)) => {
                 if cost == 0 {
                     return Ok(());
@@ -205,24 +186,35 @@ impl Limit {
         }
     }
 
-    /// Undoes a successful [`Self::try_reserve`] made at `now`, popping a
-    /// paced charge where it pushed one.
+    /// [`Self::try_reserve`] on a provider scope: `pace` sets what a
+    /// token-bucket charge costs, and the charge is pushed on `paced`.
     #[inline]
-    pub fn rollback(
+    pub fn try_reserve_paced(
         &self,
         bucket: &Bucket,
         cost: u64,
         now: u64,
         ttl: TtlSlots,
-        pace: Option<&Pace>,
+        pace: &Pace,
         paced: &mut PacedCharges,
-    ) {
+    ) -> Result<(), Option<u64>> {
         match (&self.rule, bucket) {
-            (Rule::TokenBucket(p), Bucket::Tat(tat)) => match pace {
-                None => p.rollback(tat, cost),
-                Some(_) if cost == 0 => {}
-                Some(_) => p.rollback_ns(tat, paced.pop().expect("a paced reservation pushed its charge")),
-            },
+            (Rule::TokenBucket(_), _) if cost == 0 => Ok(()),
+            (Rule::TokenBucket(p), Bucket::Tat(tat)) => {
+                let charge = pace.charge_ns(self.shape(p), cost);
+                p.try_reserve_ns(tat, charge, now).map_err(|RetryAt(at)| Some(at))?;
+                paced.push(charge);
+                Ok(())
+            }
+            _ => self.try_reserve(bucket, cost, now, ttl),
+        }
+    }
+
+    /// Undoes a successful [`Self::try_reserve`] made at `now`.
+    #[inline]
+    pub fn rollback(&self, bucket: &Bucket, cost: u64, now: u64, ttl: TtlSlots) {
+        match (&self.rule, bucket) {
+            (Rule::TokenBucket(p), Bucket::Tat(tat)) => p.rollback(tat, cost),
             (Rule::SlidingWindow { slot, .. }, Bucket::Window(ring)) => {
                 ring.sub(slot.index(now), cost);
             }
@@ -233,27 +225,46 @@ impl Limit {
         }
     }
 
+    /// Undoes a successful [`Self::try_reserve_paced`], popping the charge
+    /// it pushed: exactly what was taken, whatever the pace is now.
+    pub fn rollback_paced(&self, bucket: &Bucket, cost: u64, now: u64, ttl: TtlSlots, paced: &mut PacedCharges) {
+        match (&self.rule, bucket) {
+            (Rule::TokenBucket(_), _) if cost == 0 => {}
+            (Rule::TokenBucket(p), Bucket::Tat(tat)) => {
+                p.rollback_ns(tat, paced.pop().expect("a paced reservation pushed its charge"))
+            }
+            _ => self.rollback(bucket, cost, now, ttl),
+        }
+    }
+
     /// Moves a windowed charge made at `acquired_at` from `charged` to `actual`
     /// at `now`: refunds the difference or debits the overage, as debt if
     /// need be. A sliding window books both in the admission's slot while it
     /// is in the window; overage after that goes to the current slot.
-    /// On a provider scope, an overage costs the current pace and a refund
-    /// gives back at the base pace (never more than was charged at a slower one).
     #[inline]
-    pub fn adjust(&self, bucket: &Bucket, charged: u64, actual: u64, acquired_at: u64, now: u64, pace: Option<&Pace>) {
+    pub fn adjust(&self, bucket: &Bucket, charged: u64, actual: u64, acquired_at: u64, now: u64) {
         match (&self.rule, bucket) {
-            (Rule::TokenBucket(p), Bucket::Tat(tat)) => match pace {
-                None => p.adjust(tat, charged, actual, now),
-                Some(pace) if actual > charged => {
-                    p.adjust_ns(tat, 0, pace.charge_ns(self.shape(p), actual - charged), now)
-                }
-                Some(pace) => p.adjust_ns(tat, pace.refund_ns(self.shape(p), charged - actual), 0, now),
-            },
+            (Rule::TokenBucket(p), Bucket::Tat(tat)) => p.adjust(tat, charged, actual, now),
             (Rule::SlidingWindow { slot, .. }, Bucket::Window(ring)) => {
                 adjust_window(ring, *slot, charged, actual, acquired_at, now)
             }
             (Rule::Concurrency { .. }, Bucket::Concurrency(_)) => {}
             _ => unreachable!("a bucket is always built from its own limit"),
+        }
+    }
+
+    /// [`Self::adjust`] on a provider scope: an overage costs the current
+    /// pace, and a refund gives back at the configured cost (never more than
+    /// any pace charged).
+    pub fn adjust_paced(&self, bucket: &Bucket, charged: u64, actual: u64, acquired_at: u64, now: u64, pace: &Pace) {
+        match (&self.rule, bucket) {
+            (Rule::TokenBucket(p), Bucket::Tat(tat)) if actual > charged => {
+                p.adjust_ns(tat, 0, pace.charge_ns(self.shape(p), actual - charged), now)
+            }
+            (Rule::TokenBucket(p), Bucket::Tat(tat)) => {
+                p.adjust_ns(tat, pace.refund_ns(self.shape(p), charged - actual), 0, now)
+            }
+            _ => self.adjust(bucket, charged, actual, acquired_at, now),
         }
     }
 

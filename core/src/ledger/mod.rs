@@ -162,27 +162,24 @@ impl Ledger {
         let mut probes = false;
         for (s, &id) in scopes.iter().enumerate() {
             let scope = self.registry.get(id);
-            if let Some(adaptation) = scope.adaptation.as_deref() {
-                match adaptation.breaker.gate(now) {
-                    Gate::Closed => {}
-                    Gate::Probe(_) => probes = true,
+            let reserved = match scope.adaptation.as_deref() {
+                // llmgov's own budgets: the plain loop, kept apart so that it
+                // stays as tight as before provider scopes learned to adapt.
+                None => self.reserve_scope(scope, &costs, now),
+                Some(adaptation) => match adaptation.breaker.gate(now) {
                     Gate::Open(until) => {
                         self.rollback(scopes, s, 0, &costs, now, &mut paced);
                         return Err(self.circuit_open(scope, until, now));
                     }
-                }
-            }
-            for (l, (limit, bucket)) in scope.limits.iter().zip(scope.buckets.iter()).enumerate() {
-                let cost = limit.cost(&costs);
-                let refused = if cost > limit.burst {
-                    Err(None)
-                } else {
-                    limit.try_reserve(bucket, cost, now, self.ttl, scope.pace(l), &mut paced)
-                };
-                if let Err(retry_at) = refused {
-                    self.rollback(scopes, s, l, &costs, now, &mut paced);
-                    return Err(self.refusal(scopes, &costs, scope, limit, retry_at, now));
-                }
+                    gate => {
+                        probes |= matches!(gate, Gate::Probe(_));
+                        self.reserve_provider_scope(scope, adaptation, &costs, now, &mut paced)
+                    }
+                },
+            };
+            if let Err((l, retry_at)) = reserved {
+                self.rollback(scopes, s, l, &costs, now, &mut paced);
+                return Err(self.refusal(scopes, &costs, scope, &scope.limits[l], retry_at, now));
             }
         }
         if probes {
@@ -201,6 +198,40 @@ impl Ledger {
             expires_at: self.ttl.expires_at(index),
             state: PermitState::Pending,
         })
+    }
+
+    /// Reserves every limit of one of llmgov's own scopes, or says which
+    /// limit refused (and when it could pass).
+    #[inline]
+    fn reserve_scope(&self, scope: &Scope, costs: &Costs, now: u64) -> Result<(), (usize, Option<u64>)> {
+        for (l, (limit, bucket)) in scope.limits.iter().zip(scope.buckets.iter()).enumerate() {
+            let cost = limit.cost(costs);
+            let refused = if cost > limit.burst { Err(None) } else { limit.try_reserve(bucket, cost, now, self.ttl) };
+            refused.map_err(|retry_at| (l, retry_at))?;
+        }
+        Ok(())
+    }
+
+    /// [`Self::reserve_scope`] for a provider scope, at its limits' paces.
+    fn reserve_provider_scope(
+        &self,
+        scope: &Scope,
+        adaptation: &registry::Adaptation,
+        costs: &Costs,
+        now: u64,
+        paced: &mut PacedCharges,
+    ) -> Result<(), (usize, Option<u64>)> {
+        let limits = scope.limits.iter().zip(scope.buckets.iter()).zip(adaptation.paces.iter());
+        for (l, ((limit, bucket), pace)) in limits.enumerate() {
+            let cost = limit.cost(costs);
+            let refused = if cost > limit.burst {
+                Err(None)
+            } else {
+                limit.try_reserve_paced(bucket, cost, now, self.ttl, pace, paced)
+            };
+            refused.map_err(|retry_at| (l, retry_at))?;
+        }
+        Ok(())
     }
 
     /// A fully reserved request on a route with breakers whose pause is
@@ -278,7 +309,10 @@ impl Ledger {
             for (j, (limit, bucket)) in
                 scope.limits[..reserved].iter().zip(&scope.buckets[..reserved]).enumerate().rev()
             {
-                limit.rollback(bucket, limit.cost(costs), now, self.ttl, scope.pace(j), paced);
+                match scope.pace(j) {
+                    None => limit.rollback(bucket, limit.cost(costs), now, self.ttl),
+                    Some(_) => limit.rollback_paced(bucket, limit.cost(costs), now, self.ttl, paced),
+                }
             }
         }
     }
@@ -314,7 +348,7 @@ impl Ledger {
         let (was, is) = (Costs::of(&permit.charged, expected), Costs::of(&raised, raised_expected));
         self.for_each_limit(permit, |limit, bucket, pace| {
             if limit.cost_kind.counts_output() && limit.cost(&was) != limit.cost(&is) {
-                limit.adjust(bucket, limit.cost(&was), limit.cost(&is), permit.acquired_at, now, pace);
+                adjust(limit, bucket, limit.cost(&was), limit.cost(&is), permit.acquired_at, now, pace);
             }
         });
         (permit.charged, permit.charged_expected_output) = (raised, raised_expected);
@@ -346,7 +380,7 @@ impl Ledger {
             if limit.dimension == crate::Dimension::Concurrency {
                 limit.release(bucket, permit.ttl_slot);
             } else if limit.cost(&charged) != limit.cost(&actual) {
-                limit.adjust(bucket, limit.cost(&charged), limit.cost(&actual), permit.acquired_at, now, pace);
+                adjust(limit, bucket, limit.cost(&charged), limit.cost(&actual), permit.acquired_at, now, pace);
             }
         });
         self.pending.finished(permit.ttl_slot);
@@ -358,8 +392,10 @@ impl Ledger {
     fn for_each_limit(&self, permit: &Permit, mut f: impl FnMut(&Limit, &limit::Bucket, Option<&pace::Pace>)) {
         for &id in self.registry.route(permit.route.id) {
             let scope: &Scope = self.registry.get(id);
-            for (l, (limit, bucket)) in scope.limits.iter().zip(scope.buckets.iter()).enumerate() {
-                f(limit, bucket, scope.pace(l));
+            let limits = scope.limits.iter().zip(scope.buckets.iter());
+            match scope.adaptation.as_deref() {
+                None => limits.for_each(|(limit, bucket)| f(limit, bucket, None)),
+                Some(a) => limits.zip(a.paces.iter()).for_each(|((limit, bucket), pace)| f(limit, bucket, Some(pace))),
             }
         }
     }
@@ -393,6 +429,23 @@ impl Ledger {
             expired: self.pending.expired_count(self.ttl.index(now)),
             provider_rejected: self.refusals.provider_rejected.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// [`Limit::adjust`], or [`Limit::adjust_paced`] on a provider scope.
+#[inline]
+fn adjust(
+    limit: &Limit,
+    bucket: &limit::Bucket,
+    charged: u64,
+    actual: u64,
+    at: u64,
+    now: u64,
+    pace: Option<&pace::Pace>,
+) {
+    match pace {
+        None => limit.adjust(bucket, charged, actual, at, now),
+        Some(pace) => limit.adjust_paced(bucket, charged, actual, at, now, pace),
     }
 }
 
