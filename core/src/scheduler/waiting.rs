@@ -108,6 +108,10 @@ pub(crate) struct Waiting {
     dirty: AtomicBool,
     timer: Arc<Timer>,
     timer_started: AtomicBool,
+    /// The timer thread, joined when the governor goes, so that nothing of
+    /// it outlives the governor (a C program exiting right after
+    /// `llmgov_governor_free` must find no thread still running).
+    timer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// What queueing a request gave.
@@ -127,6 +131,7 @@ impl Waiting {
             dirty: AtomicBool::new(false),
             timer: Arc::default(),
             timer_started: AtomicBool::new(false),
+            timer_thread: Mutex::new(None),
         })
     }
 
@@ -246,10 +251,11 @@ impl Waiting {
         }
         let (timer, waiting, ledger, clock) =
             (self.timer.clone(), Arc::downgrade(self), Arc::downgrade(ledger), clock.clone());
-        std::thread::Builder::new()
+        let handle = std::thread::Builder::new()
             .name("llmgov-waiting".into())
             .spawn(move || run_timer(&timer, &waiting, &ledger, &*clock))
             .expect("spawning the waiting timer thread");
+        *self.timer_thread.lock() = Some(handle);
     }
 }
 
@@ -257,6 +263,13 @@ impl Drop for Waiting {
     fn drop(&mut self) {
         self.timer.state.lock().shutdown = true;
         self.timer.changed.notify_one();
+        // The last reference may go on the timer thread itself (it holds
+        // one while it polls): that thread is returning anyway.
+        if let Some(handle) = self.timer_thread.get_mut().take() {
+            if handle.thread().id() != std::thread::current().id() {
+                let _ = handle.join();
+            }
+        }
     }
 }
 
