@@ -14,10 +14,10 @@ impl Ledger {
     /// `None` when a provider scope's breaker is open (and no probe is due).
     pub fn headroom(&self, route: Route, now: u64) -> Result<Option<f64>> {
         self.check_route(route)?;
-        let scopes: Vec<_> = self.registry.route(route.id).iter().map(|&i| self.registry.get(i)).collect();
-        let any_provider = scopes.iter().any(|s| s.provider);
+        let scopes = || self.registry.route(route.id).iter().map(|&i| self.registry.get(i));
+        let any_provider = scopes().any(|s| s.provider);
         let mut least: f64 = 1.0;
-        for scope in scopes.into_iter().filter(|s| s.provider || !any_provider) {
+        for scope in scopes().filter(|s| s.provider || !any_provider) {
             if let Some(adaptation) = scope.adaptation.as_deref() {
                 if matches!(adaptation.breaker.gate(now), Gate::Open(_)) {
                     return Ok(None);
