@@ -35,6 +35,21 @@ type Governor struct {
 	closed  atomic.Bool
 	cleanup runtime.Cleanup
 	clock   *ManualClock
+	events  *eventBridge
+}
+
+// resources is what a governor's cleanup frees: never the Governor itself,
+// so that it can be collected.
+type resources struct {
+	handle *C.llmgov_governor
+	events *eventBridge
+}
+
+// free releases the C governor (which removes its event callback and waits
+// for calls under way) and then the callback's handle.
+func (r resources) free() {
+	C.llmgov_governor_free(r.handle)
+	r.events.release()
 }
 
 // Option configures a governor at construction.
@@ -96,19 +111,20 @@ func build(text string, opts []Option, make constructor) (*Governor, error) {
 	}
 	// The governor holds its own reference to the clock.
 	runtime.KeepAlive(o.clock)
-	g := &Governor{handle: handle, clock: o.clock}
-	g.cleanup = runtime.AddCleanup(g, func(h *C.llmgov_governor) { C.llmgov_governor_free(h) }, handle)
+	g := &Governor{handle: handle, clock: o.clock, events: &eventBridge{}}
+	g.cleanup = runtime.AddCleanup(g, resources.free, resources{handle, g.events})
 	return g, nil
 }
 
 // Close releases the governor now rather than when it is garbage
-// collected. Permits not yet closed keep it alive, and can still be
-// settled. Close must not run concurrently with other methods; later calls
-// return ErrClosed.
+// collected. Permits and profiles not yet closed keep it alive, and
+// permits can still be settled. Its event callback is never called after
+// Close returns (so fn must not call Close). Close must not run
+// concurrently with other methods; later calls return ErrClosed.
 func (g *Governor) Close() {
 	if g.closed.CompareAndSwap(false, true) {
 		g.cleanup.Stop()
-		C.llmgov_governor_free(g.handle)
+		resources{g.handle, g.events}.free()
 	}
 }
 

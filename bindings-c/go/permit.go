@@ -1,9 +1,9 @@
 package llmgov
 
 /*
-// The hot path: C keeps none of the pointers it is given, and calls no Go.
+// The hot path: C keeps none of the pointers it is given, and calls no Go
+// (but a refused try_acquire calls the event callback, which may be Go's).
 #cgo noescape go_try_acquire
-#cgo nocallback go_try_acquire
 #cgo noescape go_settle
 #cgo nocallback go_settle
 #cgo noescape go_cancel

@@ -1,5 +1,7 @@
 #include "shim.h"
 
+#include "_cgo_export.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,4 +57,20 @@ llmgov_result go_cancel(llmgov_permit *permit, go_error *err) {
 
 llmgov_result go_add_output(llmgov_permit *permit, uint64_t tokens, go_error *err) {
     return checked(llmgov_permit_add_output(permit, tokens), err);
+}
+
+llmgov_result go_try_acquire_profile(const llmgov_governor *governor, const llmgov_profile *profile,
+                                     const llmgov_request *request, llmgov_permit **out, llmgov_routed *routed,
+                                     go_error *err) {
+    return checked(llmgov_governor_try_acquire_profile(governor, profile, request, out, routed), err);
+}
+
+/* The handle travels as userdata: converting it to a pointer in C keeps Go
+ * from seeing an integer turned into an unsafe.Pointer. */
+static void go_event_trampoline(void *userdata, const char *event_json, size_t len) {
+    llmgovGoEvent((uintptr_t)userdata, (char *)event_json, len);
+}
+
+llmgov_result go_set_event_hook(const llmgov_governor *governor, uintptr_t handle) {
+    return llmgov_governor_set_event_hook(governor, go_event_trampoline, (void *)handle);
 }

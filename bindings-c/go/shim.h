@@ -1,6 +1,7 @@
 /* What Go needs beyond llmgov.h: the last error copied out within the same
- * C call that failed. A goroutine may move to another thread between two
- * cgo calls, and the thread-local error may be overwritten there. */
+ * C call that failed (a goroutine may move to another thread between two
+ * cgo calls, and the thread-local error may be overwritten there), and the
+ * C side of the event callback's bridge to Go. */
 #ifndef LLMGOV_GO_SHIM_H
 #define LLMGOV_GO_SHIM_H
 
@@ -28,5 +29,12 @@ llmgov_result go_acquire(const llmgov_governor *governor, const llmgov_request *
 llmgov_result go_settle(llmgov_permit *permit, llmgov_usage usage, go_error *err);
 llmgov_result go_cancel(llmgov_permit *permit, go_error *err);
 llmgov_result go_add_output(llmgov_permit *permit, uint64_t tokens, go_error *err);
+llmgov_result go_try_acquire_profile(const llmgov_governor *governor, const llmgov_profile *profile,
+                                     const llmgov_request *request, llmgov_permit **out, llmgov_routed *routed,
+                                     go_error *err);
+
+/* Routes the governor's events to the Go bridge; `handle` is a cgo.Handle
+ * of the bridge, passed back as the callback's userdata. */
+llmgov_result go_set_event_hook(const llmgov_governor *governor, uintptr_t handle);
 
 #endif

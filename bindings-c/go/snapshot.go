@@ -86,3 +86,17 @@ func (g *Governor) ScopeSnapshot(scope Scope) (*ScopeSnapshot, error) {
 	}
 	return &s, nil
 }
+
+// Prometheus is every limit, counter, breaker and queue now in the
+// Prometheus text format (OpenMetrics, ending in "# EOF"), for an
+// application's /metrics endpoint.
+func (g *Governor) Prometheus() (string, error) {
+	h, err := g.ptr()
+	if err != nil {
+		return "", err
+	}
+	var out *C.char
+	err = call(func() C.llmgov_result { return C.llmgov_governor_prometheus(h, &out) })
+	text, err := takeString(out, err)
+	return string(text), err
+}

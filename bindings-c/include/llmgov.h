@@ -406,6 +406,14 @@ typedef struct llmgov_manual_clock llmgov_manual_clock;
 typedef struct llmgov_permit llmgov_permit;
 
 /**
+ * A model profile and its fallback chain, resolved for one consumer's
+ * scope paths by `llmgov_profile_new`. Resolve it once and keep it:
+ * acquiring through it interns nothing. May be used from any thread at
+ * once.
+ */
+typedef struct llmgov_profile llmgov_profile;
+
+/**
  * One HTTP header: bytes, not necessarily NUL-terminated or UTF-8.
  */
 typedef struct llmgov_header {
@@ -562,13 +570,34 @@ typedef struct llmgov_error {
 } llmgov_error;
 
 /**
+ * The event callback: `event_json` is one event as a JSON object of
+ * `len` bytes (also NUL-terminated), valid only during the call; copy it
+ * to keep it. `userdata` is what was given to
+ * `llmgov_governor_set_event_hook`.
+ *
+ * The events are `{"event": "denied", "code", "scope", "dimension",
+ * "retry_after_ms", "class"}` (a refusal before the request left: code
+ * `rate_limited`, `never_fits`, `circuit_open`, `queue_full` or
+ * `deadline_exceeded`), `{"event": "provider_rejected", "scopes", "kind",
+ * "dimension", "retry_after_ms"}` (the provider refused a request llmgov
+ * had admitted) and `{"event": "breaker_changed", "scope", "state"}`
+ * (`"open"` or `"closed"`). Absent values are `null`.
+ *
+ * It runs on the thread where the event happened (any thread that calls
+ * llmgov), possibly on several at once; it must not unwind (no C++
+ * exception, no longjmp) out of the call.
+ */
+typedef void (*llmgov_event_callback)(void *userdata, const char *event_json, size_t len);
+
+/**
  * What a request asks to reserve. A zeroed struct is a valid request on
  * route 0 in the default class reserving one request (and a concurrency
  * slot); set the token counts you know.
  */
 typedef struct llmgov_request {
   /**
-   * A number from `llmgov_governor_route`.
+   * A number from `llmgov_governor_route` (not read by
+   * `llmgov_governor_try_acquire_profile`, which uses each deployment's).
    */
   uint32_t route;
   /**
@@ -633,6 +662,24 @@ typedef struct llmgov_usage {
    */
   uint64_t output_tokens;
 } llmgov_usage;
+
+/**
+ * Where `llmgov_governor_try_acquire_profile` sent a request.
+ */
+typedef struct llmgov_routed {
+  /**
+   * The profile that served it (a fallback's, if it fell back).
+   */
+  const char *profile;
+  /**
+   * The chosen deployment's scope path.
+   */
+  const char *deployment;
+  /**
+   * Whether it left the profile asked for.
+   */
+  bool fell_back;
+} llmgov_routed;
 
 #ifdef __cplusplus
 extern "C" {
@@ -777,6 +824,30 @@ const char *llmgov_result_message(uint32_t result);
 llmgov_result llmgov_last_error(struct llmgov_error *out);
 
 /**
+ * Sets the callback told of this governor's events (see
+ * `llmgov_event_callback` for their JSON), replacing any set before; NULL
+ * `callback` removes it. Events are built only while a callback is set.
+ *
+ * When this returns, the previous callback is no longer running and will
+ * never be called again, so its userdata may be freed. It may not be
+ * called from inside an event callback (`LLMGOV_RESULT_INVALID_ARGUMENT`
+ * naming `callback`): it would wait for itself.
+ *
+ * # Lifetime
+ * The callback may be called, from any thread, from this call until it is
+ * replaced, removed, or `llmgov_governor_free` returns (which removes it;
+ * permits that outlive the governor then cause no callbacks). Keep
+ * `userdata` valid until then.
+ *
+ * # Safety
+ * `governor` NULL or live; `callback` NULL or a function safe to call
+ * with `userdata` from any thread, concurrently, until it is removed.
+ */
+llmgov_result llmgov_governor_set_event_hook(const struct llmgov_governor *governor,
+                                             llmgov_event_callback callback,
+                                             void *userdata);
+
+/**
  * A governor from a TOML configuration (the format of the README's
  * "Configuration" section). A bad config is `LLMGOV_RESULT_INVALID_CONFIG`,
  * and `llmgov_last_error` names the field and the value.
@@ -829,8 +900,11 @@ llmgov_result llmgov_governor_from_preset(const char *name,
 /**
  * Releases the caller's reference to a governor. NULL does nothing.
  *
- * Permits not yet freed keep the governor alive, so they can still be
- * settled; it is freed with the last of them.
+ * Permits and profiles not yet freed keep the governor alive, so permits
+ * can still be settled; it is freed with the last of them. The event
+ * callback, if any, is removed first: once this returns it is never called
+ * again (calls under way on other threads are waited for, unless this is
+ * called from inside the callback itself).
  *
  * # Safety
  * `governor` must be NULL or a governor from `llmgov_governor_from_*` not
@@ -961,6 +1035,23 @@ llmgov_result llmgov_governor_wake_waiters(const struct llmgov_governor *governo
  */
 llmgov_result llmgov_governor_queue_metrics_json(const struct llmgov_governor *governor,
                                                  char **out_json);
+
+/**
+ * Every limit, counter, breaker and queue now, in the Prometheus text
+ * format (OpenMetrics, ending in `# EOF`), for an application's `/metrics`
+ * endpoint: `llmgov_limit`, `llmgov_limit_effective`, `llmgov_in_use`,
+ * `llmgov_available`, `llmgov_utilisation` per scope, dimension and
+ * window; `llmgov_breaker` per provider scope; the admitted, refused and
+ * provider-rejected counters; the queues per traffic class.
+ *
+ * # Ownership
+ * On success `*out_text` is the caller's: free it with
+ * `llmgov_string_free`.
+ *
+ * # Safety
+ * `governor` NULL or live; `out_text` NULL or writable.
+ */
+llmgov_result llmgov_governor_prometheus(const struct llmgov_governor *governor, char **out_text);
 
 /**
  * Reserves every limit of every scope on the request's route now, or
@@ -1104,8 +1195,74 @@ llmgov_result llmgov_permit_get_charged(const struct llmgov_permit *permit,
 void llmgov_permit_free(struct llmgov_permit *permit);
 
 /**
- * Frees a string llmgov returned (the `*_json` functions). NULL does
- * nothing.
+ * Resolves profile `name` (a `[profiles.<name>]` of the configuration) and
+ * its fallback chain for a consumer's scope paths (e.g. `"tenants/acme"`;
+ * none at all is fine): every deployment's route charges the consumer's
+ * scopes too.
+ *
+ * Errors: `LLMGOV_RESULT_INVALID_REQUEST` naming the field `profile` for
+ * an unknown name (the message lists the known ones), and as
+ * `llmgov_governor_route` for the paths.
+ *
+ * # Ownership
+ * On success `*out_profile` is the caller's: free it with
+ * `llmgov_profile_free`. It holds a reference to the governor.
+ *
+ * # Safety
+ * `governor` NULL or a live governor; `name` NULL or NUL-terminated;
+ * `consumer_paths` NULL (only with `consumer_paths_len` 0) or that many
+ * pointers, each NULL or NUL-terminated; `out_profile` NULL or writable.
+ */
+llmgov_result llmgov_profile_new(const struct llmgov_governor *governor,
+                                 const char *name,
+                                 const char *const *consumer_paths,
+                                 size_t consumer_paths_len,
+                                 struct llmgov_profile **out_profile);
+
+/**
+ * Frees a profile. NULL does nothing. Strings an `llmgov_routed` pointed
+ * into it go with it.
+ *
+ * # Safety
+ * `profile` must be NULL or a profile from `llmgov_profile_new` not freed
+ * yet, and not used after (nor the strings of its `llmgov_routed`).
+ */
+void llmgov_profile_free(struct llmgov_profile *profile);
+
+/**
+ * Admits `request` on the deployment of `profile` with the most
+ * normalized headroom (the least, over its provider limits, of available
+ * ÷ limit; keys of one organisation share its pool), skipping deployments
+ * whose breaker is open and trying the next when one refuses. When all
+ * refuse, it falls back along the profile's chain if the request's class
+ * may (`fallback_allowed`); otherwise, or at the chain's end, it returns
+ * the first profile's refusal (`LLMGOV_RESULT_RATE_LIMITED` with the
+ * scope, dimension and retry time; `LLMGOV_RESULT_CIRCUIT_OPEN`;
+ * `LLMGOV_RESULT_NEVER_FITS`), never switching silently.
+ *
+ * `request->route` is not read: each deployment's route is used. The
+ * profile must be this governor's (else `LLMGOV_RESULT_INVALID_REQUEST`
+ * naming `profile`).
+ *
+ * # Ownership
+ * On success `*out_permit` is the caller's, as from
+ * `llmgov_governor_try_acquire`, and `*out_routed` says where it goes; its
+ * strings belong to the profile and stay valid until `llmgov_profile_free`.
+ * On failure neither is written.
+ *
+ * # Safety
+ * `governor` NULL or live; `profile` NULL or a live profile; `request`
+ * NULL or readable; `out_permit` and `out_routed` NULL or writable.
+ */
+llmgov_result llmgov_governor_try_acquire_profile(const struct llmgov_governor *governor,
+                                                  const struct llmgov_profile *profile,
+                                                  const struct llmgov_request *request,
+                                                  struct llmgov_permit **out_permit,
+                                                  struct llmgov_routed *out_routed);
+
+/**
+ * Frees a string llmgov returned (the `*_json` functions,
+ * `llmgov_governor_prometheus`). NULL does nothing.
  *
  * # Safety
  * `string` must be NULL or a string from llmgov not freed yet, and not

@@ -1,6 +1,6 @@
 //! The governor handle: built from TOML, JSON or a preset, on the monotonic
 //! clock or a manual one; interns routes, scopes and classes to numbers;
-//! answers snapshots as JSON.
+//! answers snapshots as JSON and metrics as Prometheus text.
 
 use std::ffi::c_char;
 use std::sync::Arc;
@@ -10,8 +10,9 @@ use llmgov_core::{ClassId, Config, Governor, Route, ScopeId};
 use crate::args::{self, Out};
 use crate::clock::llmgov_manual_clock;
 use crate::errors::{guard, guard_infallible, llmgov_result, Failure, Outcome};
+use crate::events::EventHook;
 use crate::interned::Interned;
-use crate::strings::write_json;
+use crate::strings::{write_json, write_text};
 
 /// A rate-limit governor. Every function taking a `const llmgov_governor *`
 /// may be called from any thread at once.
@@ -21,6 +22,8 @@ pub struct llmgov_governor {
     routes: Interned<Route>,
     scopes: Interned<ScopeId>,
     classes: Interned<ClassId>,
+    /// The application's event callback, if it set one.
+    pub(crate) events: Arc<EventHook>,
 }
 
 impl llmgov_governor {
@@ -28,7 +31,8 @@ impl llmgov_governor {
         let classes = Interned::new();
         // Class 0 is the unnamed default class, so a zeroed request is in it.
         classes.intern(ClassId::default(), "class")?;
-        Ok(llmgov_governor { governor, routes: Interned::new(), scopes: Interned::new(), classes })
+        let events = Arc::new(EventHook::default());
+        Ok(llmgov_governor { governor, routes: Interned::new(), scopes: Interned::new(), classes, events })
     }
 
     /// The route a number names, or `invalid_request` naming `field`.
@@ -149,8 +153,11 @@ pub unsafe extern "C" fn llmgov_governor_from_preset(
 
 /// Releases the caller's reference to a governor. NULL does nothing.
 ///
-/// Permits not yet freed keep the governor alive, so they can still be
-/// settled; it is freed with the last of them.
+/// Permits and profiles not yet freed keep the governor alive, so permits
+/// can still be settled; it is freed with the last of them. The event
+/// callback, if any, is removed first: once this returns it is never called
+/// again (calls under way on other threads are waited for, unless this is
+/// called from inside the callback itself).
 ///
 /// # Safety
 /// `governor` must be NULL or a governor from `llmgov_governor_from_*` not
@@ -160,7 +167,9 @@ pub unsafe extern "C" fn llmgov_governor_free(governor: *const llmgov_governor) 
     guard_infallible(|| {
         if !governor.is_null() {
             // SAFETY: made by Arc::into_raw in `build`; this is the caller's reference.
-            drop(unsafe { Arc::from_raw(governor) });
+            let governor = unsafe { Arc::from_raw(governor) };
+            governor.events.clear();
+            drop(governor);
         }
     })
 }
@@ -365,5 +374,30 @@ pub unsafe extern "C" fn llmgov_governor_queue_metrics_json(
         // SAFETY: the caller's contract.
         let (gov, out) = unsafe { (args::reference(governor, "governor")?, Out::new(out_json, "out_json")?) };
         write_json(out, &gov.governor.queue_metrics())
+    })
+}
+
+/// Every limit, counter, breaker and queue now, in the Prometheus text
+/// format (OpenMetrics, ending in `# EOF`), for an application's `/metrics`
+/// endpoint: `llmgov_limit`, `llmgov_limit_effective`, `llmgov_in_use`,
+/// `llmgov_available`, `llmgov_utilisation` per scope, dimension and
+/// window; `llmgov_breaker` per provider scope; the admitted, refused and
+/// provider-rejected counters; the queues per traffic class.
+///
+/// # Ownership
+/// On success `*out_text` is the caller's: free it with
+/// `llmgov_string_free`.
+///
+/// # Safety
+/// `governor` NULL or live; `out_text` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_governor_prometheus(
+    governor: *const llmgov_governor,
+    out_text: *mut *mut c_char,
+) -> llmgov_result {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (gov, out) = unsafe { (args::reference(governor, "governor")?, Out::new(out_text, "out_text")?) };
+        write_text(out, &gov.governor.prometheus())
     })
 }

@@ -8,7 +8,7 @@
 //! them at length):
 //!
 //! - Symbols are `llmgov_<type>_<verb>`; handles (`llmgov_governor`,
-//!   `llmgov_permit`, `llmgov_manual_clock`) are opaque.
+//!   `llmgov_permit`, `llmgov_profile`, `llmgov_manual_clock`) are opaque.
 //! - Every constructor has its `_free`; freeing NULL does nothing.
 //! - Every fallible function returns an `llmgov_result` (stable numbers;
 //!   0 is success) and writes its out-parameters only on success.
@@ -25,9 +25,11 @@ mod args;
 mod classify;
 mod clock;
 pub mod errors;
+mod events;
 mod governor;
 mod interned;
 mod permit;
+mod routing;
 mod strings;
 mod tokens;
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use llmgov_core::{Permit, PermitState, Request, Usage};
+use llmgov_core::{Permit, PermitState, Request, Route, Usage};
 
 use crate::args::{self, Out};
 use crate::classify::{fill, headers, llmgov_classification, llmgov_header};
@@ -18,7 +18,8 @@ use crate::governor::llmgov_governor;
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct llmgov_request {
-    /// A number from `llmgov_governor_route`.
+    /// A number from `llmgov_governor_route` (not read by
+    /// `llmgov_governor_try_acquire_profile`, which uses each deployment's).
     pub route: u32,
     /// A number from `llmgov_governor_class`; 0 is the default class.
     pub class_id: u32,
@@ -106,7 +107,12 @@ pub struct llmgov_permit {
 
 impl llmgov_governor {
     fn request(&self, r: &llmgov_request) -> Outcome<Request> {
-        let mut request = Request::new(self.route(r.route, "route")?)
+        self.request_on(self.route(r.route, "route")?, r)
+    }
+
+    /// The request `r` describes, on `route` rather than its own.
+    pub(crate) fn request_on(&self, route: Route, r: &llmgov_request) -> Outcome<Request> {
+        let mut request = Request::new(route)
             .class(self.class(r.class_id)?)
             .input_tokens(r.input_tokens)
             .cached_input_tokens(r.cached_input_tokens)
@@ -200,7 +206,7 @@ pub unsafe extern "C" fn llmgov_governor_acquire(
 ///
 /// # Safety
 /// `governor` must be live and come from `Arc::into_raw`.
-unsafe fn hand_out(governor: *const llmgov_governor, permit: Permit) -> *mut llmgov_permit {
+pub(crate) unsafe fn hand_out(governor: *const llmgov_governor, permit: Permit) -> *mut llmgov_permit {
     // SAFETY: the caller's contract; the permit takes a reference of its own.
     let governor = unsafe {
         Arc::increment_strong_count(governor);

@@ -1,0 +1,185 @@
+//! The event hook: the core's events (denials, provider rejections, breaker
+//! changes) handed to a C callback as JSON. The callback can be replaced
+//! or removed at any time, and once removal returns it is never called
+//! again, so the caller may then free what `userdata` points to.
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_void, CString};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once, PoisonError};
+
+use llmgov_core::events::Event;
+use llmgov_core::Governor;
+
+use crate::args;
+use crate::errors::{guard, llmgov_result, Failure, Outcome};
+use crate::governor::llmgov_governor;
+
+/// The event callback: `event_json` is one event as a JSON object of
+/// `len` bytes (also NUL-terminated), valid only during the call; copy it
+/// to keep it. `userdata` is what was given to
+/// `llmgov_governor_set_event_hook`.
+///
+/// The events are `{"event": "denied", "code", "scope", "dimension",
+/// "retry_after_ms", "class"}` (a refusal before the request left: code
+/// `rate_limited`, `never_fits`, `circuit_open`, `queue_full` or
+/// `deadline_exceeded`), `{"event": "provider_rejected", "scopes", "kind",
+/// "dimension", "retry_after_ms"}` (the provider refused a request llmgov
+/// had admitted) and `{"event": "breaker_changed", "scope", "state"}`
+/// (`"open"` or `"closed"`). Absent values are `null`.
+///
+/// It runs on the thread where the event happened (any thread that calls
+/// llmgov), possibly on several at once; it must not unwind (no C++
+/// exception, no longjmp) out of the call.
+#[allow(non_camel_case_types)]
+pub type llmgov_event_callback =
+    Option<unsafe extern "C" fn(userdata: *mut c_void, event_json: *const c_char, len: usize)>;
+
+/// A callback and its userdata, as set.
+struct Callback {
+    function: unsafe extern "C" fn(*mut c_void, *const c_char, usize),
+    userdata: *mut c_void,
+}
+
+// SAFETY: the caller of `llmgov_governor_set_event_hook` promises that the
+// callback may be called with `userdata` from any thread, at once.
+unsafe impl Send for Callback {}
+// SAFETY: as above.
+unsafe impl Sync for Callback {}
+
+thread_local! {
+    /// How many event callbacks this thread is inside (they may nest: a
+    /// callback that calls llmgov may cause another event).
+    static IN_CALLBACK: Cell<u32> = const { Cell::new(0) };
+}
+
+fn inside_callback() -> bool {
+    IN_CALLBACK.try_with(Cell::get).unwrap_or(0) > 0
+}
+
+/// A governor's hook slot. Each call of a callback holds a clone of its
+/// `Arc`, so a setter knows the old callback is idle once the count is 1.
+pub(crate) struct EventHook {
+    current: Mutex<Option<Arc<Callback>>>,
+    /// Signalled whenever a call of a callback returns.
+    finished: Condvar,
+    /// The core takes one hook for the governor's life; it is installed at
+    /// the first set, so a governor without a callback builds no events.
+    installed: Once,
+}
+
+impl Default for EventHook {
+    fn default() -> Self {
+        EventHook { current: Mutex::new(None), finished: Condvar::new(), installed: Once::new() }
+    }
+}
+
+impl EventHook {
+    fn lock(&self) -> MutexGuard<'_, Option<Arc<Callback>>> {
+        // Only Arc clones happen under the lock: poisoning leaves it sound.
+        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Hands `event` to the callback, if one is set.
+    fn emit(&self, event: &Event) {
+        let Some(callback) = self.lock().clone() else {
+            return;
+        };
+        // Serializing a plain enum of strings and numbers cannot fail.
+        if let Ok(json) = serde_json::to_string(event) {
+            let len = json.len();
+            // JSON escapes NUL, so the text has none.
+            if let Ok(json) = CString::new(json) {
+                let _ = IN_CALLBACK.try_with(|n| n.set(n.get() + 1));
+                // SAFETY: the caller's promise at set time: callable from
+                // any thread with this userdata until it is unset.
+                unsafe { (callback.function)(callback.userdata, json.as_ptr(), len) };
+                let _ = IN_CALLBACK.try_with(|n| n.set(n.get() - 1));
+            }
+        }
+        // Dropped under the lock, so a setter waiting on the count cannot
+        // miss the wake-up.
+        let slot = self.lock();
+        drop(callback);
+        drop(slot);
+        self.finished.notify_all();
+    }
+
+    /// Replaces the callback, and returns once no call of the old one is
+    /// under way (except on this very thread, when called from inside a
+    /// callback: then it cannot wait for itself).
+    fn replace(&self, new: Option<Callback>) {
+        let mut slot = self.lock();
+        let Some(old) = std::mem::replace(&mut *slot, new.map(Arc::new)) else {
+            return;
+        };
+        if inside_callback() {
+            return;
+        }
+        while Arc::strong_count(&old) > 1 {
+            slot = self.finished.wait(slot).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Routes the core's events to this slot, once per governor.
+    fn install(self: &Arc<Self>, governor: &Governor) -> Outcome {
+        let mut result = Ok(());
+        self.installed.call_once(|| {
+            let slot = Arc::clone(self);
+            result = governor.set_event_hook(Arc::new(move |event: &Event| slot.emit(event))).map_err(Failure::from);
+        });
+        result
+    }
+
+    /// For `llmgov_governor_free`: after the caller's reference goes, its
+    /// callback is never called again (permits that outlive it may still
+    /// cause events; they go nowhere).
+    pub(crate) fn clear(&self) {
+        self.replace(None);
+    }
+}
+
+/// Sets the callback told of this governor's events (see
+/// `llmgov_event_callback` for their JSON), replacing any set before; NULL
+/// `callback` removes it. Events are built only while a callback is set.
+///
+/// When this returns, the previous callback is no longer running and will
+/// never be called again, so its userdata may be freed. It may not be
+/// called from inside an event callback (`LLMGOV_RESULT_INVALID_ARGUMENT`
+/// naming `callback`): it would wait for itself.
+///
+/// # Lifetime
+/// The callback may be called, from any thread, from this call until it is
+/// replaced, removed, or `llmgov_governor_free` returns (which removes it;
+/// permits that outlive the governor then cause no callbacks). Keep
+/// `userdata` valid until then.
+///
+/// # Safety
+/// `governor` NULL or live; `callback` NULL or a function safe to call
+/// with `userdata` from any thread, concurrently, until it is removed.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_governor_set_event_hook(
+    governor: *const llmgov_governor,
+    callback: llmgov_event_callback,
+    userdata: *mut c_void,
+) -> llmgov_result {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let gov = unsafe { args::reference(governor, "governor") }?;
+        if inside_callback() {
+            let value = if callback.is_some() { "a callback" } else { "NULL" };
+            return Err(Failure::argument(
+                "callback",
+                value,
+                "llmgov_governor_set_event_hook may not be called from inside an event callback (it would wait \
+                 for itself to return)",
+            ));
+        }
+        if let Some(function) = callback {
+            gov.events.install(&gov.governor)?;
+            gov.events.replace(Some(Callback { function, userdata }));
+        } else {
+            gov.events.replace(None);
+        }
+        Ok(())
+    })
+}
