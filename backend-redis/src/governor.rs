@@ -97,8 +97,15 @@ impl RedisGovernor {
     /// As [`RedisGovernor::from_toml`], with the clock that decides local
     /// limits, permit expiry and reconnection pacing (Redis limits use Redis `TIME`).
     pub fn from_toml_with_clock(text: &str, clock: Arc<dyn Clock>) -> Result<Self> {
-        let mut value: serde_json::Value =
+        let value: serde_json::Value =
             toml::from_str(text).map_err(|e| Error::config("<toml>", "", e.message().to_owned()))?;
+        Self::from_value_with_clock(value, clock)
+    }
+
+    /// As [`RedisGovernor::from_toml_with_clock`], from the config already
+    /// parsed into its JSON form (the core's sections plus a `redis` object),
+    /// for callers that hold the config as data rather than TOML text.
+    pub fn from_value_with_clock(mut value: serde_json::Value, clock: Arc<dyn Clock>) -> Result<Self> {
         let section = value.as_object_mut().and_then(|table| table.remove("redis")).ok_or_else(|| {
             Error::config("redis", "", "missing: a [redis] section names the server and shared scopes")
         })?;

@@ -6,10 +6,12 @@
 //! release), `retry_after_ms`, `scope`, `dimension` and `gateway_decision`;
 //! `NeverFits` has `scope`, `dimension`, `cost` and `burst`. Bad input names
 //! the field and the value (`field`, `value`), whether the core or this
-//! binding found it.
+//! binding found it. The Redis backend's errors (`llmgov_redis::Error`) map
+//! onto the same classes, plus `AlreadyReconciled`.
 
 use llmgov::feedback::{ErrorContext, ErrorObject};
 use llmgov::Error as CoreError;
+use llmgov_redis::Error as RedisError;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
@@ -28,10 +30,11 @@ create_exception!(llmgov, PermitExpired, Error, "The permit outlived its TTL and
 create_exception!(llmgov, DeadlineExceeded, Error, "A waiting request was not admitted within its deadline.");
 create_exception!(llmgov, QueueFull, Error, "The request's traffic class has as many waiters as its queue allows.");
 create_exception!(llmgov, CircuitOpen, Error, "A provider scope's circuit breaker is open after consecutive failures.");
+create_exception!(llmgov, AlreadyReconciled, Error, "A RedisGovernor permit was already settled or cancelled.");
 
 /// Each exception class with the code its instances carry, registered in
 /// the module and given a class-level `code`.
-fn classes(py: Python<'_>) -> [(Bound<'_, PyType>, &'static str); 13] {
+fn classes(py: Python<'_>) -> [(Bound<'_, PyType>, &'static str); 14] {
     [
         (Error::type_object(py), "error"),
         (RateLimited::type_object(py), "rate_limited"),
@@ -46,6 +49,7 @@ fn classes(py: Python<'_>) -> [(Bound<'_, PyType>, &'static str); 13] {
         (DeadlineExceeded::type_object(py), "deadline_exceeded"),
         (QueueFull::type_object(py), "queue_full"),
         (CircuitOpen::type_object(py), "circuit_open"),
+        (AlreadyReconciled::type_object(py), "already_reconciled"),
     ]
 }
 
@@ -196,6 +200,53 @@ fn tagged(py: Python<'_>, err: PyErr, code: &str, field: &str, value: &str, reas
             Err(e) => e,
         },
         Err(e) => e,
+    }
+}
+
+/// The Python exception for an error of the Redis backend: its denials and
+/// config errors as the core's classes (same attributes), the core's own
+/// errors as [`to_py`] maps them.
+pub fn redis_to_py(error: RedisError) -> PyErr {
+    Python::attach(|py| build_redis(py, error).unwrap_or_else(|e| e))
+}
+
+fn build_redis(py: Python<'_>, error: RedisError) -> PyResult<PyErr> {
+    let message = error.to_string();
+    let err = match error {
+        RedisError::RateLimited { scope, dimension, retry_after } => {
+            let err = RateLimited::new_err(message);
+            let value = err.value(py);
+            value.setattr("scope", &*scope)?;
+            value.setattr("dimension", dimension.as_str())?;
+            value.setattr("retry_after", retry_after.map(|d| d.as_secs_f64()))?;
+            value.setattr("retry_after_ms", retry_after.map(llmgov::ceil_ms))?;
+            // Refused before the request left, like every local denial.
+            value.setattr("gateway_decision", "rejected_locally")?;
+            err
+        }
+        RedisError::NeverFits { scope, dimension, cost, burst } => {
+            let err = NeverFits::new_err(message);
+            let value = err.value(py);
+            value.setattr("scope", &*scope)?;
+            value.setattr("dimension", dimension.as_str())?;
+            value.setattr("cost", cost)?;
+            value.setattr("burst", burst)?;
+            value.setattr("gateway_decision", "rejected_locally")?;
+            err
+        }
+        RedisError::InvalidConfig { field, value, reason } => {
+            tagged(py, ConfigError::new_err(message), "invalid_config", &field, &value, &reason)
+        }
+        RedisError::AlreadyReconciled => AlreadyReconciled::new_err(message),
+        RedisError::Core(core) => build(py, &core)?,
+    };
+    Ok(err)
+}
+
+impl<T> IntoPyResult<T> for Result<T, RedisError> {
+    #[inline]
+    fn py_err(self) -> PyResult<T> {
+        self.map_err(redis_to_py)
     }
 }
 

@@ -8,6 +8,7 @@ mod errors;
 mod feedback;
 mod governor;
 mod permit;
+mod redis;
 mod tokens;
 mod usage;
 mod waiting;
@@ -23,6 +24,9 @@ fn _llmgov(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<permit::Ready>()?;
     module.add_class::<waiting::Reservation>()?;
     module.add_class::<feedback::PyRetryPolicy>()?;
+    module.add_class::<redis::PyRedisGovernor>()?;
+    module.add_class::<redis::PyRedisRoute>()?;
+    module.add_class::<redis::PyRedisPermit>()?;
     module.add_function(wrap_pyfunction!(feedback::classify_response, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::count_tokens, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::count_chat_tokens, module)?)?;

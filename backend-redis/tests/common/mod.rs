@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 /// The env var naming the Redis the tests run against.
 pub const URL_VAR: &str = "LLMGOV_REDIS_URL";
+/// The server binary the tests that start their own run (default `redis-server`).
+pub const SERVER_VAR: &str = "LLMGOV_REDIS_SERVER";
 /// Set in a worker process: which worker body to run.
 pub const WORKER_VAR: &str = "LLMGOV_REDIS_TEST_WORKER";
 
@@ -70,10 +72,12 @@ pub struct PrivateRedis {
 }
 
 impl PrivateRedis {
-    /// Starts `redis-server` without persistence (extra `args` appended),
+    /// Starts `redis-server` (or the server `LLMGOV_REDIS_SERVER` names,
+    /// e.g. a `valkey-server`) without persistence (extra `args` appended),
     /// or `None` (said loudly) if the binary is missing.
     pub fn start(test: &str, port: u16, args: &[&str]) -> Option<Self> {
-        let child = Command::new("redis-server")
+        let server = std::env::var(SERVER_VAR).unwrap_or_else(|_| "redis-server".to_owned());
+        let child = Command::new(&server)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(args)
             .stdout(Stdio::null())
@@ -81,7 +85,7 @@ impl PrivateRedis {
         let child = match child {
             Ok(child) => child,
             Err(e) => {
-                eprintln!("SKIPPED {test}: cannot run redis-server ({e})");
+                eprintln!("SKIPPED {test}: cannot run {server} ({e})");
                 return None;
             }
         };

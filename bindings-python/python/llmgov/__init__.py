@@ -39,6 +39,7 @@ from ._llmgov import (
     settle_runtime_threads,
 )
 from .errors import (
+    AlreadyReconciled,
     CircuitOpen,
     ConfigError,
     DeadlineExceeded,
@@ -55,6 +56,7 @@ from .errors import (
 )
 
 __all__ = [
+    "AlreadyReconciled",
     "CircuitOpen",
     "ConfigError",
     "DeadlineExceeded",

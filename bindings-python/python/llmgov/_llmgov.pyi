@@ -6,6 +6,7 @@ from typing import Any, Awaitable, Dict, List, Literal, Mapping, Optional, Seque
 
 
 __all__ = [
+    "AlreadyReconciled",
     "CircuitOpen",
     "ConfigError",
     "DeadlineExceeded",
@@ -20,6 +21,9 @@ __all__ = [
     "QueueFull",
     "RateLimited",
     "Ready",
+    "RedisGovernor",
+    "RedisPermit",
+    "RedisRoute",
     "Reservation",
     "RetryPolicy",
     "Route",
@@ -124,6 +128,9 @@ class QueueFull(Error):
     bound: int
     retry_after: Optional[float]
     retry_after_ms: Optional[int]
+
+class AlreadyReconciled(Error):
+    """A RedisGovernor permit was already settled or cancelled."""
 
 @final
 class Route:
@@ -325,3 +332,67 @@ def count_chat_tokens(
 ) -> int: ...
 def estimate_tokens(text: str) -> int: ...
 def settle_runtime_threads() -> None: ...
+
+@final
+class RedisRoute:
+    """A request's scopes split into local and shared parts, resolved once."""
+
+    @property
+    def paths(self) -> List[str]: ...
+
+@final
+class RedisPermit:
+    """A granted reservation of a RedisGovernor, reconciled once."""
+
+    def settle(
+        self,
+        usage: Any = None,
+        *,
+        input_tokens: Optional[int] = None,
+        output_tokens: Optional[int] = None,
+        cached_input_tokens: Optional[int] = None,
+    ) -> None: ...
+    def cancel(self) -> None: ...
+    @property
+    def state(self) -> Literal["pending", "settled", "cancelled"]: ...
+    @property
+    def charged(self) -> Dict[str, int]: ...
+    @property
+    def from_fallback(self) -> bool: ...
+    def __enter__(self) -> "RedisPermit": ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+
+@final
+class RedisGovernor:
+    """A governor whose [redis.scopes] are enforced across processes through Redis."""
+
+    @staticmethod
+    def from_toml(source: Union[str, os.PathLike[str]], clock: _Clock = "monotonic") -> "RedisGovernor": ...
+    @staticmethod
+    def from_dict(config: Mapping[str, Any], clock: _Clock = "monotonic") -> "RedisGovernor": ...
+    def advance(self, ms: float) -> None: ...
+    @property
+    def now_ms(self) -> float: ...
+    def route(self, paths: Union[str, Sequence[str], RedisRoute]) -> RedisRoute: ...
+    def try_acquire(
+        self,
+        paths: Union[str, Sequence[str], RedisRoute],
+        *,
+        input_tokens: Optional[int] = None,
+        text: Optional[str] = None,
+        messages: Optional[Sequence[Mapping[str, Any]]] = None,
+        model: Optional[str] = None,
+        tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        cached_input_tokens: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+        **extra: Any,
+    ) -> RedisPermit: ...
+    def health(self) -> Dict[str, Any]: ...
+    def heartbeat(self) -> None: ...
+    def return_leases(self) -> None: ...
+    def snapshot(self) -> Dict[str, Any]: ...

@@ -15,10 +15,12 @@ stable error code::
     ├── PermitExpired          permit_expired
     ├── DeadlineExceeded       deadline_exceeded waited_ms, retry_after, retry_after_ms
     ├── QueueFull              queue_full       klass, bound, retry_after, retry_after_ms
-    └── CircuitOpen            circuit_open     scope, retry_after, retry_after_ms
+    ├── CircuitOpen            circuit_open     scope, retry_after, retry_after_ms
+    └── AlreadyReconciled      already_reconciled  (a RedisGovernor permit settled or cancelled twice)
 """
 
 from ._llmgov import (
+    AlreadyReconciled,
     CircuitOpen,
     ConfigError,
     DeadlineExceeded,
@@ -35,6 +37,7 @@ from ._llmgov import (
 )
 
 __all__ = [
+    "AlreadyReconciled",
     "CircuitOpen",
     "ConfigError",
     "DeadlineExceeded",

@@ -1,0 +1,229 @@
+"""llmgov.redis.RedisGovernor as a user calls it: construction from TOML or
+a dict, admission and reconciliation in Redis, errors mapped to the
+package's exception tree, and the safe local share while Redis is away.
+
+The tests marked ``needs_redis`` run against the server named by
+``LLMGOV_REDIS_URL`` (``make test-redis-python`` starts one) and are skipped
+without it; the rest need no server."""
+
+from __future__ import annotations
+
+import os
+import socket
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+import llmgov
+from llmgov.redis import AlreadyReconciled, RedisGovernor, RedisPermit
+
+
+def redis_url() -> str:
+    url = os.environ.get("LLMGOV_REDIS_URL", "")
+    if not url:
+        pytest.skip("LLMGOV_REDIS_URL is not set (run `make test-redis-python`, which starts a redis-server)")
+    return url
+
+
+def fresh_prefix(test: str) -> str:
+    return f"py-{test}-{os.getpid()}-{time.time_ns()}"
+
+
+def closed_port_url() -> str:
+    """A loopback URL nobody listens on: every Redis call fails at once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"redis://127.0.0.1:{port}"
+
+
+def config(url: str, prefix: str, *, mode: str = "exact", tokens: int = 1000, processes: int = 2) -> str:
+    return f"""
+[scopes."p/shared"]
+limits = [{{ dimension = "tokens", amount = {tokens}, window = "1d" }}]
+[scopes."tenants/*"]
+limits = [{{ dimension = "requests", amount = 1000, window = "1m" }}]
+[redis]
+url = "{url}"
+prefix = "{prefix}"
+expected_processes = {processes}
+[redis.scopes."p/shared"]
+mode = "{mode}"
+"""
+
+
+def as_dict(url: str, prefix: str) -> Dict[str, Any]:
+    return {
+        "scopes": {"p/shared": {"limits": [{"dimension": "tokens", "amount": 1000, "window": "1d"}]}},
+        "redis": {"url": url, "prefix": prefix, "expected_processes": 2, "scopes": {"p/shared": {"mode": "exact"}}},
+    }
+
+
+# --- no server needed ---------------------------------------------------------
+
+
+def test_config_errors_name_the_field_and_value() -> None:
+    with pytest.raises(llmgov.ConfigError) as missing:
+        RedisGovernor.from_toml('[scopes."p/shared"]\nlimits = []\n')
+    assert (missing.value.field, missing.value.code) == ("redis", "invalid_config")
+
+    with pytest.raises(llmgov.ConfigError) as prefix:
+        RedisGovernor.from_toml(config(closed_port_url(), "bad prefix!"))
+    assert (prefix.value.field, prefix.value.value) == ("redis.prefix", "bad prefix!")
+
+    with pytest.raises(llmgov.ConfigError) as ttl:
+        RedisGovernor.from_toml(config(closed_port_url(), "p").replace("expected_processes", 'slot_ttl = "soon"\nexpected_processes'))
+    assert (ttl.value.field, ttl.value.value) == ("redis.slot_ttl", "soon")
+
+    secret = config("redis://:hunter2@127.0.0.1:1", "p").replace("expected_processes = 2", "expected_processes = 0")
+    with pytest.raises(llmgov.ConfigError) as zero:
+        RedisGovernor.from_toml(secret)
+    assert zero.value.field == "redis.expected_processes"
+    assert "hunter2" not in str(zero.value)
+
+    with pytest.raises(llmgov.ConfigError) as clock:
+        RedisGovernor.from_toml(config(closed_port_url(), "p"), clock="sundial")  # type: ignore[arg-type]
+    assert (clock.value.field, clock.value.value) == ("clock", "sundial")
+
+    with pytest.raises(llmgov.ConfigError) as not_a_dict:
+        RedisGovernor.from_dict(["not", "a", "dict"])  # type: ignore[arg-type]
+    assert not_a_dict.value.field == "config"
+
+
+def test_leased_scopes_refuse_concurrency_limits_with_the_field() -> None:
+    text = config(closed_port_url(), "p", mode="leased").replace(
+        'window = "1d" }]', 'window = "1d" }, { dimension = "concurrency", amount = 4 }]', 1
+    )
+    with pytest.raises(llmgov.ConfigError) as err:
+        RedisGovernor.from_toml(text)
+    assert "p/shared" in err.value.field or "p/shared" in str(err.value)
+
+
+def test_bad_request_arguments_are_invalid_request() -> None:
+    gov = RedisGovernor.from_toml(config(closed_port_url(), "p"), clock="manual")
+    with pytest.raises(llmgov.InvalidRequest) as unknown:
+        gov.try_acquire("p/shared", input_tokens=1, klass="batch")
+    assert unknown.value.field == "klass"
+    with pytest.raises(llmgov.InvalidRequest) as negative:
+        gov.try_acquire("p/shared", input_tokens=-1)
+    assert negative.value.field == "input_tokens"
+    with pytest.raises(llmgov.InvalidRequest) as both:
+        gov.try_acquire("p/shared", input_tokens=1, text="hello")
+    assert both.value.field == "input_tokens"
+    with pytest.raises(llmgov.UnknownScope):
+        gov.try_acquire("nowhere/x", input_tokens=1)
+
+
+def test_redis_unreachable_admits_the_safe_share_then_probes_on_the_manual_clock(tmp_path: Path) -> None:
+    source = tmp_path / "gov.toml"
+    source.write_text(config(closed_port_url(), "p", tokens=4000, processes=4))  # safe share: 1000
+    gov = RedisGovernor.from_toml(source, clock="manual")
+
+    permits = [gov.try_acquire("p/shared", input_tokens=60, max_output_tokens=40) for _ in range(10)]
+    assert all(p.from_fallback for p in permits)
+    with pytest.raises(llmgov.RateLimited) as refused:
+        gov.try_acquire("p/shared", input_tokens=60, max_output_tokens=40)
+    assert (refused.value.scope, refused.value.dimension) == ("p/shared", "tokens")
+
+    health = gov.health()
+    assert health["degraded"] is True
+    assert health["fallback_admissions"] == 10
+    assert health["redis_errors"] == 1, "one failed call, then no probe before retry_interval"
+    assert health["last_error"]
+
+    # Settling 50 of each 100 gives 500 back to the safe share: 5 more fit, not 6.
+    for p in permits:
+        p.settle(input_tokens=30, output_tokens=20)
+    extra = [gov.try_acquire("p/shared", input_tokens=60, max_output_tokens=40) for _ in range(4)]
+    assert gov.health()["redis_errors"] == 1
+    # Past retry_interval (1s) one call probes Redis again, fails, and falls back.
+    gov.advance(1000)
+    extra.append(gov.try_acquire("p/shared", input_tokens=60, max_output_tokens=40))
+    assert gov.health()["redis_errors"] == 2
+    assert gov.health()["fallback_admissions"] == 15
+    with pytest.raises(llmgov.RateLimited):
+        gov.try_acquire("p/shared", input_tokens=60, max_output_tokens=40)
+    for p in extra:
+        p.cancel()
+
+
+def test_permit_lifecycle_without_redis_state_charged_and_context_manager() -> None:
+    gov = RedisGovernor.from_toml(config(closed_port_url(), "p"), clock="manual")
+    permit = gov.try_acquire(["tenants/acme", "p/shared"], input_tokens=100, max_output_tokens=50)
+    assert isinstance(permit, RedisPermit)
+    assert permit.state == "pending"
+    assert permit.charged == {"input_tokens": 100, "cached_input_tokens": 0, "output_tokens": 50}
+    permit.settle({"prompt_tokens": 90, "completion_tokens": 12})
+    assert permit.state == "settled"
+    assert permit.charged["output_tokens"] == 12
+    with pytest.raises(AlreadyReconciled) as twice:
+        permit.cancel()
+    assert twice.value.code == "already_reconciled"
+    assert isinstance(twice.value, llmgov.Error)
+
+    with gov.try_acquire("p/shared", input_tokens=10) as held:
+        pass
+    assert held.state == "settled"
+    with pytest.raises(ZeroDivisionError):
+        with gov.try_acquire("p/shared", input_tokens=10) as failed:
+            1 / 0
+    assert failed.state == "cancelled"
+    with pytest.raises(llmgov.InvalidRequest):
+        gov.advance(-1)
+
+
+# --- against a real Redis -------------------------------------------------------
+
+
+def test_settle_refunds_and_charges_the_difference_in_redis() -> None:
+    url, prefix = redis_url(), fresh_prefix("settle")
+    a = RedisGovernor.from_toml(config(url, prefix))
+    b = RedisGovernor.from_dict(as_dict(url, prefix))
+    big = a.try_acquire("p/shared", input_tokens=400, max_output_tokens=500)  # 900 of 1000
+    with pytest.raises(llmgov.RateLimited) as refused:
+        b.try_acquire("p/shared", input_tokens=100, max_output_tokens=100)
+    assert refused.value.scope == "p/shared"
+    assert refused.value.dimension == "tokens"
+    assert refused.value.gateway_decision == "rejected_locally"
+    assert refused.value.retry_after is not None and refused.value.retry_after > 0
+    assert not big.from_fallback
+
+    big.settle(output_tokens=100)  # used 500 of 900: 400 back
+    small = b.try_acquire("p/shared", input_tokens=300, max_output_tokens=100)
+    small.settle(input_tokens=300, output_tokens=300)  # ran long: 200 more; 1000 - 500 - 600 < 0
+    with pytest.raises(llmgov.RateLimited):
+        a.try_acquire("p/shared", input_tokens=1)
+    with pytest.raises(AlreadyReconciled):
+        big.settle()
+    for gov in (a, b):
+        health = gov.health()
+        assert not health["degraded"] and health["fallback_admissions"] == 0
+        assert health["redis_calls"] >= 2
+
+
+def test_cancel_gives_everything_back_and_never_fits_is_said_at_once() -> None:
+    gov = RedisGovernor.from_toml(config(redis_url(), fresh_prefix("cancel")))
+    route = gov.route(["tenants/acme", "p/shared"])
+    assert gov.route(("tenants/acme", "p/shared")).paths == route.paths
+    permit = gov.try_acquire(route, input_tokens=500, max_output_tokens=500)
+    permit.cancel()
+    assert permit.state == "cancelled"
+    gov.try_acquire(route, text="hello " * 100, max_output_tokens=800).settle()
+    with pytest.raises(llmgov.NeverFits) as never:
+        gov.try_acquire(route, input_tokens=900, max_output_tokens=200)
+    assert (never.value.cost, never.value.burst, never.value.dimension) == (1100, 1000, "tokens")
+    tenants = [s for s in gov.snapshot()["scopes"] if s["path"] == "tenants/acme"]
+    assert tenants, "the local scopes stay in the process's snapshot"
+
+
+def test_the_module_quick_start_runs() -> None:
+    redis_url()
+    import llmgov.redis
+
+    doc = llmgov.redis.__doc__ or ""
+    example = textwrap.dedent(doc.split("::\n", 1)[1].split("\n\nThe engine", 1)[0])
+    assert "RedisGovernor.from_toml" in example
+    exec(compile(example.replace("prod-eu", fresh_prefix("quick-start")), "llmgov.redis docstring", "exec"), {})

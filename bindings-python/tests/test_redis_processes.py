@@ -1,0 +1,248 @@
+"""Python processes sharing one budget through Redis and llmgov.redis.
+
+8 worker processes (this file run as a script), released together, against
+one Redis and one global limit:
+
+- exact mode admits exactly the limit, not one more or one less;
+- leased mode admits at most the limit (the stated bound with no process
+  dying), and every worker gives back its unused lease, so a newcomer gets
+  exactly the rest;
+- a worker killed with SIGKILL holding a lease over-admits at most that
+  lease (limit ÷ expected_processes), and its share returns within the lease
+  TTL; one killed holding every concurrency slot has them back within the
+  slot TTL.
+
+Needs ``LLMGOV_REDIS_URL`` (``make test-redis-python`` starts a server);
+skipped without it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import List
+
+PROCESSES = 8
+EXACT_LIMIT = 300
+LEASED_LIMIT = 400
+ATTEMPTS = {"exact": 100, "leased": 150}
+
+CRASH_LIMIT = 100
+CRASH_PROCESSES = 4
+CRASH_TTL_S = 2
+CRASH_USED = 20
+LEASE_CAP = CRASH_LIMIT // CRASH_PROCESSES
+
+SLOTS = 4
+SLOT_TTL_S = 1
+
+
+def config(url: str, prefix: str, role: str) -> str:
+    """The shared scope each worker role governs; a daily window refills
+    nothing over the test, so the count admitted is the bucket."""
+    if role == "slots":
+        limits = f'{{ dimension = "concurrency", amount = {SLOTS} }}'
+        redis = f'expected_processes = 2\nslot_ttl = "{SLOT_TTL_S}s"'
+        mode = "exact"
+    else:
+        limit, processes, mode = {
+            "exact": (EXACT_LIMIT, PROCESSES, "exact"),
+            "leased": (LEASED_LIMIT, PROCESSES, "leased"),
+            "crash": (CRASH_LIMIT, CRASH_PROCESSES, "leased"),
+        }[role]
+        limits = f'{{ dimension = "requests", amount = {limit}, window = "1d" }}'
+        redis = f'expected_processes = {processes}\nlease_ttl = "{CRASH_TTL_S}s"'
+    return f"""
+[scopes."openai/org/gpt-4o"]
+limits = [{limits}, {{ dimension = "tokens", amount = 100000000, window = "1d" }}]
+[scopes."tenants/*"]
+limits = [{{ dimension = "requests", amount = 100000, window = "1m" }}]
+[redis]
+url = "{url}"
+prefix = "{prefix}"
+{redis}
+[redis.scopes."openai/org/gpt-4o"]
+mode = "{mode}"
+"""
+
+
+ROUTE = ["tenants/worker", "openai/org/gpt-4o"]
+
+
+def drain(gov, attempts: int) -> int:  # type: ignore[no-untyped-def]
+    """Acquires and settles until refused, at most `attempts` times."""
+    import llmgov
+
+    admitted = 0
+    for _ in range(attempts):
+        try:
+            permit = gov.try_acquire(ROUTE, input_tokens=100, max_output_tokens=50)
+        except llmgov.RateLimited as refused:
+            assert refused.dimension == "requests", refused
+            continue
+        admitted += 1
+        permit.settle(output_tokens=20)
+    return admitted
+
+
+def worker(role: str) -> None:
+    """A worker process: builds its governor, says `ready`, waits for `go`
+    on stdin, then runs its role and prints what it admitted."""
+    from llmgov.redis import RedisGovernor
+
+    gov = RedisGovernor.from_toml(config(os.environ["LLMGOV_REDIS_URL"], os.environ["PREFIX"], role))
+    print("ready", flush=True)
+    sys.stdin.readline()
+    if role in ATTEMPTS:
+        admitted = drain(gov, ATTEMPTS[role])
+        health = gov.health()
+        assert not health["degraded"] and health["fallback_admissions"] == 0, health
+        gov.return_leases()
+        print(f"admitted={admitted} calls={health['redis_calls']}", flush=True)
+        return
+    held = []
+    count = CRASH_USED if role == "crash" else SLOTS
+    for _ in range(count):
+        permit = gov.try_acquire(ROUTE, input_tokens=100, max_output_tokens=50)
+        if role == "crash":
+            permit.settle(output_tokens=20)
+        else:
+            held.append(permit)  # kept in flight until the process is killed
+    print(f"admitted={count}", flush=True)
+    time.sleep(120)  # killed by the test long before
+
+
+if __name__ == "__main__":
+    worker(sys.argv[1])
+    sys.exit(0)
+
+
+import pytest  # noqa: E402  (the workers above need only llmgov)
+
+
+
+def redis_url() -> str:
+    url = os.environ.get("LLMGOV_REDIS_URL", "")
+    if not url:
+        pytest.skip("LLMGOV_REDIS_URL is not set (run `make test-redis-python`, which starts a redis-server)")
+    return url
+
+
+def fresh_prefix(test: str) -> str:
+    return f"py-{test}-{os.getpid()}-{time.time_ns()}"
+
+
+def spawn(role: str, url: str, prefix: str) -> subprocess.Popen:  # type: ignore[type-arg]
+    env = dict(os.environ, LLMGOV_REDIS_URL=url, PREFIX=prefix)
+    process = subprocess.Popen(
+        [sys.executable, __file__, role],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    if line != "ready":
+        process.kill()
+        pytest.fail(f"worker {role} did not start: {line!r}")
+    return process
+
+
+def release(workers: List[subprocess.Popen]) -> None:  # type: ignore[type-arg]
+    """Sends `go` to every worker at once, so they contend for the limit."""
+    for process in workers:
+        assert process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()
+
+
+def value(process: subprocess.Popen, key: str) -> str:  # type: ignore[type-arg]
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith(f"{key}="):
+            return line.split()[0].split("=", 1)[1]
+    process.wait(timeout=30)
+    pytest.fail(f"worker exited ({process.returncode}) without printing {key}=")
+
+
+def run_workers(role: str, url: str, prefix: str) -> int:
+    workers = [spawn(role, url, prefix) for _ in range(PROCESSES)]
+    release(workers)
+    admitted = sum(int(value(w, "admitted")) for w in workers)
+    for process in workers:
+        assert process.wait(timeout=60) == 0
+    return admitted
+
+
+def test_eight_python_processes_admit_exactly_the_global_limit_in_exact_mode() -> None:
+    from llmgov.redis import RedisGovernor
+
+    url, prefix = redis_url(), fresh_prefix("exact8")
+    assert PROCESSES * ATTEMPTS["exact"] > EXACT_LIMIT, "the workers must ask for more than the limit"
+    admitted = run_workers("exact", url, prefix)
+    assert admitted == EXACT_LIMIT, f"exact mode admits the limit, not one more or less: {admitted}"
+    newcomer = RedisGovernor.from_toml(config(url, prefix, "exact"))
+    assert drain(newcomer, 10) == 0, "the bucket is empty for everyone"
+
+
+def test_eight_python_processes_stay_within_the_limit_in_leased_mode() -> None:
+    from llmgov.redis import RedisGovernor
+
+    url, prefix = redis_url(), fresh_prefix("leased8")
+    admitted = run_workers("leased", url, prefix)
+    assert admitted <= LEASED_LIMIT, f"no process died: leased mode admits at most the limit, got {admitted}"
+    assert admitted >= LEASED_LIMIT // 2, f"leases serve most of the limit, got {admitted}"
+    newcomer = RedisGovernor.from_toml(config(url, prefix, "leased"))
+    rest = drain(newcomer, 2 * LEASED_LIMIT)
+    assert admitted + rest == LEASED_LIMIT, f"unused leases came back: {admitted} + {rest}"
+
+
+def test_a_killed_python_process_over_admits_at_most_its_lease_and_its_share_returns() -> None:
+    from llmgov.redis import RedisGovernor
+
+    url, prefix = redis_url(), fresh_prefix("leased-kill")
+    holder = spawn("crash", url, prefix)
+    release([holder])
+    assert int(value(holder, "admitted")) == CRASH_USED
+    os.kill(holder.pid, signal.SIGKILL)  # with a lease outstanding
+    holder.wait(timeout=10)
+
+    gov = RedisGovernor.from_toml(config(url, prefix, "crash"))
+    before_ttl = drain(gov, 2 * CRASH_LIMIT)
+    assert before_ttl < CRASH_LIMIT - CRASH_USED, f"the dead process's lease is still out: {before_ttl}"
+    after_ttl = 0
+    deadline = time.monotonic() + 3 * CRASH_TTL_S  # Redis expires the lease on its own clock
+    while before_ttl + after_ttl < CRASH_LIMIT - CRASH_USED and time.monotonic() < deadline:
+        time.sleep(0.2)
+        after_ttl += drain(gov, CRASH_LIMIT)
+    total = CRASH_USED + before_ttl + after_ttl
+    assert after_ttl > 0, "the killed process's share came back"
+    assert CRASH_LIMIT <= total <= CRASH_LIMIT + LEASE_CAP, f"the stated bound: limit + one lease; {total}"
+
+
+def test_a_killed_python_process_gives_its_concurrency_slots_back_within_the_ttl() -> None:
+    import llmgov
+    from llmgov.redis import RedisGovernor
+
+    url, prefix = redis_url(), fresh_prefix("slots-kill")
+    holder = spawn("slots", url, prefix)
+    release([holder])
+    assert int(value(holder, "admitted")) == SLOTS
+    gov = RedisGovernor.from_toml(config(url, prefix, "slots"))
+    time.sleep(2 * SLOT_TTL_S)  # the holder's heartbeat keeps its slots past the TTL
+    with pytest.raises(llmgov.RateLimited) as full:
+        gov.try_acquire(ROUTE, input_tokens=1)
+    assert full.value.dimension == "concurrency"
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait(timeout=10)
+    deadline = time.monotonic() + 3 * SLOT_TTL_S
+    while True:
+        try:
+            gov.try_acquire(ROUTE, input_tokens=1).settle()
+            break
+        except llmgov.RateLimited:
+            assert time.monotonic() < deadline, "the killed worker's slots did not come back"
+            time.sleep(0.1)
