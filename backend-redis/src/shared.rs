@@ -42,6 +42,7 @@ impl SharedLimit {
             Dimension::InputTokens => input,
             Dimension::OutputTokens => usage.output_tokens,
             Dimension::Tokens => input + usage.output_tokens,
+            Dimension::Cost => unreachable!("compile_limit refuses cost limits on shared scopes"),
         }
     }
 
@@ -124,6 +125,10 @@ fn compile_limits(path: &str, scope: &ScopeConfig, margin: f64) -> Result<Vec<Sh
 
 fn compile_limit(field: &str, limit: &LimitConfig, margin: f64) -> Result<SharedLimit> {
     let at = |name: &str| format!("{field}.{name}");
+    if limit.dimension == Dimension::Cost {
+        let reason = "cost budgets are not shared through Redis yet; keep the budget on a local scope";
+        return Err(Error::config(at("dimension"), "cost", reason));
+    }
     let amount = limit
         .amount
         .ok_or_else(|| Error::config(at("amount"), "", "a shared scope's limits need an amount (no discovery)"))?;

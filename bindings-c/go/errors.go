@@ -36,6 +36,7 @@ const (
 	ErrInvalidUTF8      Code = 101 // a string is not valid UTF-8
 	ErrInvalidArg       Code = 102 // an argument is out of its domain
 	ErrPanic            Code = 103 // the library panicked (please report it)
+	ErrCancelled        Code = 104 // a wait was cancelled (Acquire's ctx); nothing was reserved
 	ErrUnknown          Code = 199 // an error newer than this binding (Error.CodeName says which)
 )
 
@@ -59,10 +60,10 @@ func errClosed(what string) error {
 }
 
 // Dimension is what a limit counts: "requests", "input_tokens",
-// "output_tokens", "tokens" or "concurrency".
+// "output_tokens", "tokens", "concurrency" or "cost".
 type Dimension string
 
-var dimensions = [...]Dimension{"", "requests", "input_tokens", "output_tokens", "tokens", "concurrency"}
+var dimensions = [...]Dimension{"", "requests", "input_tokens", "output_tokens", "tokens", "concurrency", "cost"}
 
 // Error is a failure of libllmgov with its details. It unwraps to its
 // Code.

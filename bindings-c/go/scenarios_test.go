@@ -40,7 +40,7 @@ var stepFields = map[string]struct{ required, optional []string }{
 }
 
 var dimensionNames = map[string]bool{
-	"requests": true, "input_tokens": true, "output_tokens": true, "tokens": true, "concurrency": true,
+	"requests": true, "input_tokens": true, "output_tokens": true, "tokens": true, "concurrency": true, "cost": true,
 }
 
 // fields is one JSON object, read strictly.

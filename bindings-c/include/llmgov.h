@@ -320,6 +320,11 @@ enum llmgov_dimension
    * Requests in flight at once.
    */
   LLMGOV_DIMENSION_CONCURRENCY = 5,
+  /**
+   * Money spent in the window (a `cost` budget), in millionths of the
+   * currency the prices are in.
+   */
+  LLMGOV_DIMENSION_COST = 6,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

@@ -168,6 +168,9 @@ pub enum llmgov_dimension {
     Tokens = 4,
     /// Requests in flight at once.
     Concurrency = 5,
+    /// Money spent in the window (a `cost` budget), in millionths of the
+    /// currency the prices are in.
+    Cost = 6,
 }
 
 impl From<Dimension> for llmgov_dimension {
@@ -178,6 +181,7 @@ impl From<Dimension> for llmgov_dimension {
             Dimension::OutputTokens => llmgov_dimension::OutputTokens,
             Dimension::Tokens => llmgov_dimension::Tokens,
             Dimension::Concurrency => llmgov_dimension::Concurrency,
+            Dimension::Cost => llmgov_dimension::Cost,
         }
     }
 }

@@ -33,7 +33,7 @@ pub struct ScopeSnapshot {
 /// One limit of one scope at one moment.
 #[napi(object)]
 pub struct LimitSnapshot {
-    /// `requests`, `input_tokens`, `output_tokens`, `tokens` or `concurrency`.
+    /// `requests`, `input_tokens`, `output_tokens`, `tokens`, `concurrency` or `cost`.
     pub dimension: String,
     /// `token_bucket`, `sliding_window` or `concurrency`.
     pub algorithm: String,

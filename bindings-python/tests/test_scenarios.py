@@ -16,7 +16,7 @@ SCENARIOS = Path(__file__).resolve().parents[2] / "tests" / "scenarios"
 FILES = sorted(SCENARIOS.glob("*.json"))
 MIN_SCENARIOS = 15
 
-DIMENSIONS = {"requests", "input_tokens", "output_tokens", "tokens", "concurrency"}
+DIMENSIONS = {"requests", "input_tokens", "output_tokens", "tokens", "concurrency", "cost"}
 EXPECT_FIELDS = {"outcome", "code", "scope", "dimension", "retry_after_ms"}
 # Every op's fields: name -> (required, type check).
 INT = (int,)

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::pricing::Price;
+
 /// The quantity a limit counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -16,6 +18,9 @@ pub enum Dimension {
     Tokens,
     /// Requests in flight at once; has no window.
     Concurrency,
+    /// Money spent in the window, priced by the route's pricing table, in
+    /// millionths of the currency the prices are in (see [`crate::config::PriceConfig`]).
+    Cost,
 }
 
 impl Dimension {
@@ -27,6 +32,7 @@ impl Dimension {
             Dimension::OutputTokens => "output_tokens",
             Dimension::Tokens => "tokens",
             Dimension::Concurrency => "concurrency",
+            Dimension::Cost => "cost",
         }
     }
 }
@@ -124,6 +130,10 @@ pub(crate) enum CostKind {
     ExpectedOutput,
     ExpectedTokens,
     UncachedExpectedTokens,
+    /// The request's price, with `max_tokens` as its output.
+    Cost,
+    /// The request's price, with the expected output.
+    ExpectedCost,
 }
 
 impl CostKind {
@@ -139,6 +149,8 @@ impl CostKind {
             (Dimension::Tokens, false, false) => UncachedTokens,
             (Dimension::Tokens, true, true) => ExpectedTokens,
             (Dimension::Tokens, false, true) => UncachedExpectedTokens,
+            (Dimension::Cost, _, false) => Cost,
+            (Dimension::Cost, _, true) => ExpectedCost,
         }
     }
 
@@ -151,16 +163,18 @@ impl CostKind {
 /// What one usage costs on each [`CostKind`], worked out once per call
 /// instead of once per limit (a route of six scopes has two dozen limits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Costs([u64; 9]);
+pub(crate) struct Costs([u64; 11]);
 
 impl Costs {
     /// Costs of nothing at all: what a cancelled request is charged.
-    pub const NONE: Costs = Costs([0; 9]);
+    pub const NONE: Costs = Costs([0; 11]);
 
     /// The costs of `usage`, where limits that reserve the expected output
-    /// count `expected_output` instead of `usage.output_tokens`.
+    /// count `expected_output` instead of `usage.output_tokens`, priced at
+    /// `price` (a route without one has no cost limits: see
+    /// [`crate::ledger::Ledger::route`]).
     #[inline]
-    pub fn of(usage: &Usage, expected_output: u64) -> Self {
+    pub fn of(usage: &Usage, expected_output: u64, price: Option<&Price>) -> Self {
         let (input, uncached) = (usage.input_tokens, usage.input_tokens - usage.cached_input_tokens);
         let (out, expected) = (usage.output_tokens, expected_output);
         Costs([
@@ -173,13 +187,15 @@ impl Costs {
             expected,
             input.saturating_add(expected),
             uncached.saturating_add(expected),
+            price.map_or(0, |p| p.cost(usage, out)),
+            price.map_or(0, |p| p.cost(usage, expected)),
         ])
     }
 
     /// The costs of an actual usage: there is no expectation left.
     #[inline]
-    pub fn actual(usage: &Usage) -> Self {
-        Self::of(usage, usage.output_tokens)
+    pub fn actual(usage: &Usage, price: Option<&Price>) -> Self {
+        Self::of(usage, usage.output_tokens, price)
     }
 
     #[inline]

@@ -173,7 +173,7 @@ impl Governor {
 
     /// Tells the hook (and `tracing`) of a refusal.
     #[cold]
-    fn denied(&self, error: &crate::Error, request: &Request) {
+    pub(crate) fn denied(&self, error: &crate::Error, request: &Request) {
         tracing::debug!(%error, "llmgov refused a request");
         if self.events.hooked() {
             self.events.denied(error, self.learning.name(request.class));

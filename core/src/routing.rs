@@ -1,6 +1,8 @@
 //! Routing a request across a model profile's deployments: the one with the
 //! most normalized headroom first, skipping open breakers, then the
-//! profile's fallback chain where the request's class allows it.
+//! profile's fallback chain where the request's class allows it. A profile's
+//! budget thresholds pass deployments whose cost budgets run low over for a
+//! cheaper profile, or refuse them.
 
 use std::sync::Arc;
 
@@ -13,8 +15,25 @@ use crate::{Error, Governor, Permit, Request, Result, Route};
 struct Link {
     profile: Arc<str>,
     deployments: Vec<(Arc<str>, Route)>,
-    /// Classes that may not fall back from this profile.
+    /// Classes that may not fall back from this profile (nor degrade).
     no_fallback: Vec<String>,
+    /// The profile's budget thresholds, if it has any.
+    budget: Option<Thresholds>,
+}
+
+/// A profile's budget thresholds, with its degradation resolved.
+#[derive(Debug, Clone)]
+struct Thresholds {
+    degrade: Option<(f64, Box<ProfileRoute>)>,
+    refuse_at: Option<f64>,
+}
+
+/// Why a profile's deployments all refused.
+struct Refusal {
+    /// The refusal to report: the roomiest deployment's that could pass later.
+    error: Error,
+    /// Whether a deployment was passed over for the cheaper profile.
+    degrade: bool,
 }
 
 /// A profile and its fallbacks resolved for one consumer, from
@@ -34,8 +53,11 @@ pub struct Routed {
     pub profile: Arc<str>,
     /// The chosen deployment's scope path.
     pub deployment: Arc<str>,
-    /// Whether it left the profile asked for.
+    /// Whether it left the profile asked for through a fallback.
     pub fell_back: bool,
+    /// Whether it left the profile asked for because a cost budget passed
+    /// the profile's `degrade_at` threshold.
+    pub degraded: bool,
 }
 
 impl ProfileRoute {
@@ -51,6 +73,11 @@ impl Governor {
     /// (e.g. `["tenants/acme"]`; may be empty): every deployment's route
     /// charges the consumer's scopes too.
     pub fn profile<S: AsRef<str>>(&self, name: &str, consumer: &[S]) -> Result<ProfileRoute> {
+        let consumer: Vec<&str> = consumer.iter().map(AsRef::as_ref).collect();
+        self.resolve_profile(name, &consumer)
+    }
+
+    fn resolve_profile(&self, name: &str, consumer: &[&str]) -> Result<ProfileRoute> {
         let profiles = &self.profiles;
         let unknown = || Error::InvalidRequest {
             field: "profile",
@@ -62,12 +89,23 @@ impl Governor {
         while let Some((profile, config)) = next {
             let mut deployments = Vec::new();
             for deployment in &config.deployments {
-                let mut paths: Vec<&str> = consumer.iter().map(AsRef::as_ref).collect();
+                let mut paths = consumer.to_vec();
                 paths.push(deployment);
                 deployments.push((Arc::from(deployment.as_str()), self.route(&paths)?));
             }
             let no_fallback = config.fallback_allowed.iter().filter(|(_, &ok)| !ok).map(|(c, _)| c.clone()).collect();
-            chain.push(Link { profile: Arc::from(profile.as_str()), deployments, no_fallback });
+            let budget = match &config.budget {
+                None => None,
+                Some(b) => Some(Thresholds {
+                    // The config has no cycles, so this recursion ends.
+                    degrade: match (b.degrade_at, &b.degrade_to) {
+                        (Some(at), Some(to)) => Some((at, Box::new(self.resolve_profile(to, consumer)?))),
+                        _ => None,
+                    },
+                    refuse_at: b.refuse_at,
+                }),
+            };
+            chain.push(Link { profile: Arc::from(profile.as_str()), deployments, no_fallback, budget });
             next = config.fallback.as_ref().and_then(|f| profiles.get_key_value(f));
         }
         Ok(ProfileRoute { chain })
@@ -85,36 +123,56 @@ impl Governor {
         let class = self.class_name(request.class).to_owned();
         let mut first_refusal = None;
         for (depth, link) in profile.chain.iter().enumerate() {
-            match self.try_link(link, request) {
+            let may_leave = !link.no_fallback.contains(&class);
+            let refusal = match self.try_link(link, request, may_leave) {
                 Ok((deployment, permit)) => {
                     let profile = link.profile.clone();
-                    return Ok(Routed { permit, profile, deployment, fell_back: depth > 0 });
+                    return Ok(Routed { permit, profile, deployment, fell_back: depth > 0, degraded: false });
                 }
-                Err(error) => {
-                    first_refusal.get_or_insert(error);
+                Err(refusal) => refusal,
+            };
+            first_refusal.get_or_insert(refusal.error);
+            if let (true, Some((_, cheaper))) = (refusal.degrade, link.budget.as_ref().and_then(|b| b.degrade.as_ref()))
+            {
+                match self.try_acquire_profile(cheaper, request) {
+                    Ok(routed) => {
+                        return Ok(Routed { degraded: true, fell_back: routed.fell_back || depth > 0, ..routed })
+                    }
+                    Err(error) => tracing::debug!(%error, "the degraded profile refused too"),
                 }
             }
-            if link.no_fallback.contains(&class) {
+            if !may_leave {
                 break;
             }
         }
         Err(first_refusal.expect("a profile has at least one deployment"))
     }
 
-    /// The deployments of one profile, roomiest first.
-    fn try_link(&self, link: &Link, request: &Request) -> Result<(Arc<str>, Permit)> {
+    /// The deployments of one profile, roomiest first; those past a budget
+    /// threshold are passed over (to degrade, when the class may leave the
+    /// profile) or refused.
+    fn try_link(&self, link: &Link, request: &Request, may_leave: bool) -> Result<(Arc<str>, Permit), Refusal> {
         let now = self.clock().now();
         let mut ranked: Vec<(f64, usize)> = Vec::with_capacity(link.deployments.len());
         for (i, (_, route)) in link.deployments.iter().enumerate() {
             // An open breaker is skipped, but still answers if all are open.
-            let room = self.ledger().headroom(*route, now)?.unwrap_or(-1.0);
-            ranked.push((room, i));
+            let room = self.ledger().headroom(*route, now).map_err(|error| Refusal { error, degrade: false })?;
+            ranked.push((room.unwrap_or(-1.0), i));
         }
         ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
         let mut refusal: Option<Error> = None;
+        let mut degrade = false;
         for (_, i) in ranked {
             let (deployment, route) = &link.deployments[i];
-            match self.try_acquire(&Request { route: *route, ..*request }) {
+            let outcome = match self.budget_verdict(link, *route, request, may_leave, now) {
+                Ok(Verdict::Degrade(error)) => {
+                    degrade = true;
+                    Err(error)
+                }
+                Ok(Verdict::Refuse(error)) | Err(error) => Err(error),
+                Ok(Verdict::Go) => self.try_acquire(&Request { route: *route, ..*request }),
+            };
+            match outcome {
                 Ok(permit) => return Ok((deployment.clone(), permit)),
                 // A deployment that could admit it later says more than one
                 // that never can.
@@ -124,6 +182,44 @@ impl Governor {
                 Err(_) => {}
             }
         }
-        Err(refusal.expect("a profile has at least one deployment"))
+        Err(Refusal { error: refusal.expect("a profile has at least one deployment"), degrade })
     }
+
+    /// What the profile's budget thresholds say of a deployment's route.
+    fn budget_verdict(
+        &self,
+        link: &Link,
+        route: Route,
+        request: &Request,
+        may_leave: bool,
+        now: u64,
+    ) -> Result<Verdict> {
+        let Some(thresholds) = &link.budget else { return Ok(Verdict::Go) };
+        let Some(spent) = self.ledger().budget_spent(route, now)? else { return Ok(Verdict::Go) };
+        let refuse = |at: f64| {
+            let error = self.ledger().budget_refusal(&spent, at, true, now);
+            self.denied(&error, request);
+            Verdict::Refuse(error)
+        };
+        if let Some(at) = thresholds.refuse_at.filter(|&at| spent.fraction >= at) {
+            return Ok(refuse(at));
+        }
+        match &thresholds.degrade {
+            // A class that may not leave the profile is refused instead.
+            Some((at, _)) if spent.fraction >= *at && !may_leave => Ok(refuse(*at)),
+            Some((at, _)) if spent.fraction >= *at => {
+                Ok(Verdict::Degrade(self.ledger().budget_refusal(&spent, *at, false, now)))
+            }
+            _ => Ok(Verdict::Go),
+        }
+    }
+}
+
+/// A budget threshold's verdict on a deployment.
+enum Verdict {
+    Go,
+    /// Past `degrade_at`: passed over for the cheaper profile; the error is
+    /// the refusal to report if that one refuses too.
+    Degrade(Error),
+    Refuse(Error),
 }

@@ -1,5 +1,6 @@
 //! Validation of a [`Config`] into the limits the ledger enforces.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -7,8 +8,9 @@ use super::{Algorithm, Config, LimitConfig, OutputReservation};
 use crate::dimension::CostKind;
 use crate::ledger::gcra::{GcraParams, MAX_DEBT_NS};
 use crate::ledger::limit::{Limit, Rule, SlotWidth};
-use crate::ledger::registry::Template;
+use crate::ledger::registry::{ScopeSpec, Template};
 use crate::ledger::ring::MAX_SLOT_COUNT;
+use crate::pricing::{budget_units, Price};
 use crate::time::duration_ns;
 use crate::{Dimension, Error, Result};
 
@@ -27,8 +29,8 @@ const MAX_WINDOW_NS: u64 = 400 * 86_400 * 1_000_000_000;
 /// A validated config, ready to build a ledger from.
 #[derive(Debug)]
 pub(crate) struct Compiled {
-    /// Configured scopes: path, limits, and whether it is a provider's pool.
-    pub configured: Vec<(String, Arc<[Limit]>, bool)>,
+    /// Configured scopes by path.
+    pub configured: Vec<(String, ScopeSpec)>,
     pub templates: Vec<Template>,
     pub permit_ttl_ns: u64,
     pub adaptive: super::adaptive::Adaptive,
@@ -51,6 +53,11 @@ pub(crate) fn compile(config: &Config) -> Result<Compiled> {
     }
     let adaptive = config.adaptive.clone().unwrap_or_default().compile()?;
     super::profiles::validate(&config.profiles)?;
+    let prices: BTreeMap<&str, Arc<Price>> = config
+        .pricing
+        .iter()
+        .map(|(name, price)| Ok((name.as_str(), Arc::new(price.compile(name)?))))
+        .collect::<Result<_>>()?;
     let mut compiled = Compiled { configured: Vec::new(), templates: Vec::new(), permit_ttl_ns, adaptive };
     for (path, scope) in &config.scopes {
         let field = format!("scopes.{path}");
@@ -66,10 +73,18 @@ pub(crate) fn compile(config: &Config) -> Result<Compiled> {
             .enumerate()
             .map(|(i, limit)| compile_limit(&format!("{field}.limits[{i}]"), limit, scope_margin, provider))
             .collect::<Result<_>>()?;
+        let price = match &scope.pricing {
+            None => None,
+            Some(name) => Some(prices.get(name.as_str()).cloned().ok_or_else(|| {
+                let known = prices.keys().copied().collect::<Vec<_>>().join(", ");
+                Error::config(format!("{field}.pricing"), name, format!("names no pricing table; known: [{known}]"))
+            })?),
+        };
+        let spec = ScopeSpec { limits, provider, price };
         if segments.iter().any(Option::is_none) {
-            compiled.templates.push(Template { segments, limits, provider });
+            compiled.templates.push(Template { segments, spec });
         } else {
-            compiled.configured.push((path.clone(), limits, provider));
+            compiled.configured.push((path.clone(), spec));
         }
     }
     Ok(compiled)
@@ -105,7 +120,7 @@ fn template_segments(field: &str, path: &str) -> Result<Vec<Option<Box<str>>>> {
 
 fn compile_limit(field: &str, limit: &LimitConfig, margin: f64, provider: bool) -> Result<Limit> {
     let at = |name: &str| format!("{field}.{name}");
-    let Some(configured) = limit.amount else { return discovered_limit(&at, limit, margin, provider) };
+    let Some(configured) = limit_amount(&at, limit)? else { return discovered_limit(&at, limit, margin, provider) };
     if configured == 0 {
         return Err(Error::config(at("amount"), 0, "must be at least 1"));
     }
@@ -158,7 +173,7 @@ fn compile_limit(field: &str, limit: &LimitConfig, margin: f64, provider: bool) 
     if window_ns > MAX_WINDOW_NS {
         return Err(Error::config(at("window"), window_text, "must be at most 400 days"));
     }
-    let rule = match limit.algorithm.unwrap_or(Algorithm::TokenBucket) {
+    let rule = match limit.algorithm.unwrap_or(default_algorithm(limit.dimension)) {
         Algorithm::TokenBucket => token_bucket(&at, limit, amount, window_ns, margin)?,
         Algorithm::SlidingWindow => sliding_window(&at, limit, amount, window_ns, window_text)?,
     };
@@ -167,6 +182,35 @@ fn compile_limit(field: &str, limit: &LimitConfig, margin: f64, provider: bool) 
         _ => amount,
     };
     Ok(Limit { rule, burst, window_ns: Some(window_ns), ..base })
+}
+
+/// The amount a limit states: `amount`, or for a `cost` limit its `budget`
+/// in cost units. `None` when it is left to the provider to say.
+fn limit_amount(at: &dyn Fn(&str) -> String, limit: &LimitConfig) -> Result<Option<u64>> {
+    match (limit.dimension, limit.amount, limit.budget) {
+        (Dimension::Cost, None, Some(budget)) => Ok(Some(budget_units(&at("budget"), budget)?)),
+        (Dimension::Cost, Some(amount), _) => {
+            Err(Error::config(at("amount"), amount, "a cost limit takes `budget`, in currency units (e.g. 12.5)"))
+        }
+        (Dimension::Cost, None, None) => {
+            Err(Error::config(at("budget"), "", "a cost limit needs a budget, in currency units (e.g. 12.5)"))
+        }
+        (d, _, Some(budget)) => Err(Error::config(
+            at("budget"),
+            budget,
+            format!("only cost limits have a budget; a {d} limit takes `amount`"),
+        )),
+        (_, amount, None) => Ok(amount),
+    }
+}
+
+/// Budgets are sliding windows unless they say otherwise: a token bucket
+/// would let an idle day's budget be spent twice over the next.
+fn default_algorithm(dimension: Dimension) -> Algorithm {
+    match dimension {
+        Dimension::Cost => Algorithm::SlidingWindow,
+        _ => Algorithm::TokenBucket,
+    }
 }
 
 fn token_bucket(
@@ -180,6 +224,9 @@ fn token_bucket(
         return Err(Error::config(at("slots"), slots, "only a sliding_window has slots"));
     }
     let burst = match limit.burst {
+        Some(b) if limit.dimension == Dimension::Cost => {
+            return Err(Error::config(at("burst"), b, "a cost budget's burst is the budget itself"))
+        }
         None => amount,
         Some(0) => return Err(Error::config(at("burst"), 0, "must be at least 1")),
         Some(b) if b > MAX_AMOUNT => {
@@ -206,6 +253,11 @@ fn sliding_window(
     if let Some(burst) = limit.burst {
         let reason = "a sliding_window never exceeds its amount; burst is for token_bucket";
         return Err(Error::config(at("burst"), burst, reason));
+    }
+    if amount > MAX_SLOT_COUNT && limit.dimension == Dimension::Cost {
+        let most = MAX_SLOT_COUNT as f64 / crate::pricing::COST_UNITS_PER_CURRENCY;
+        let reason = format!("a sliding-window budget holds at most {most}; use algorithm = \"token_bucket\"");
+        return Err(Error::config(at("budget"), limit.budget.unwrap_or_default(), reason));
     }
     if amount > MAX_SLOT_COUNT {
         let reason = format!("a sliding_window holds at most {MAX_SLOT_COUNT}; use token_bucket");
@@ -269,11 +321,11 @@ fn discovered_limit(at: &dyn Fn(&str) -> String, limit: &LimitConfig, margin: f6
 fn reserve_expected(at: &dyn Fn(&str) -> String, limit: &LimitConfig) -> Result<bool> {
     match (limit.reserve_output, limit.dimension) {
         (None | Some(OutputReservation::MaxTokens), _) => Ok(false),
-        (Some(OutputReservation::Expected), Dimension::OutputTokens | Dimension::Tokens) => Ok(true),
+        (Some(OutputReservation::Expected), Dimension::OutputTokens | Dimension::Tokens | Dimension::Cost) => Ok(true),
         (Some(OutputReservation::Expected), d) => Err(Error::config(
             at("reserve_output"),
             "expected",
-            format!("only output_tokens and tokens count output, not {d}"),
+            format!("only output_tokens, tokens and cost count output, not {d}"),
         )),
     }
 }

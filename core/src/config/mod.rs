@@ -14,10 +14,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Dimension, Error, Result};
 
+pub use crate::pricing::PriceConfig;
 pub use adaptive::{AdaptiveConfig, BreakerConfig, RampConfig};
 pub(crate) use compile::compile;
 pub use presets::PRESETS;
-pub use profiles::ProfileConfig;
+pub use profiles::{BudgetThresholds, ProfileConfig};
 
 /// A governor's configuration.
 ///
@@ -49,6 +50,11 @@ pub struct Config {
     /// path it matches becomes a scope of its own on first use.
     #[serde(default)]
     pub scopes: BTreeMap<String, ScopeConfig>,
+    /// Prices per model, by name, in one currency of your choice (budgets
+    /// are in the same); a scope names its model's with `pricing`
+    /// (see [`PriceConfig`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pricing: BTreeMap<String, PriceConfig>,
     /// How a [`crate::Governor`] learns output lengths for limits with
     /// `reserve_output = "expected"` (default: p95, 20 samples first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -86,6 +92,11 @@ pub struct ScopeConfig {
     /// fed back into its limits. Default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<bool>,
+    /// The pricing table (a key of [`Config::pricing`]) of the model this
+    /// scope serves, typically a deployment: requests on a route through it
+    /// are priced at it, which the route's `cost` limits charge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pricing: Option<String>,
 }
 
 /// How a windowed limit counts.
@@ -137,6 +148,12 @@ pub struct LimitConfig {
     /// window until the first answer says it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub amount: Option<u64>,
+    /// `cost` limits only, instead of `amount`: the budget per window in
+    /// the config's currency, e.g. `12.5`. A budget is a sliding window
+    /// unless it says otherwise: never more than it in any trailing window
+    /// (`"1d"`, `"30d"`, `"1month"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<f64>,
     /// Window length, e.g. `"1s"`, `"1m"`, `"1d"`, `"1h 30m"`. Required for
     /// every dimension but concurrency, which has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -15,6 +15,9 @@ use crate::{Error, Result};
 /// deployments = ["openai/org-main/gpt-4o", "azure/eastus/gpt-4o"]
 /// fallback = "gpt-4o-mini"               # when every deployment refuses
 /// fallback_allowed = { eval = false }    # per traffic class; default true
+/// # when a cost budget on the route is 60% spent, use the cheaper profile;
+/// # at 85%, refuse
+/// budget = { degrade_at = 0.6, degrade_to = "gpt-4o-mini", refuse_at = 0.85 }
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -28,6 +31,29 @@ pub struct ProfileConfig {
     /// (default true). A class that may not is refused with the reason.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub fallback_allowed: BTreeMap<String, bool>,
+    /// What to do as the `cost` budgets on a deployment's route run low.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetThresholds>,
+}
+
+/// Thresholds on the spent fraction of the `cost` budgets on a request's
+/// route (the most spent of them, reservations included), checked before
+/// each deployment is tried.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetThresholds {
+    /// From this fraction on, the deployment is passed over for the
+    /// profile `degrade_to`, typically a cheaper model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degrade_at: Option<f64>,
+    /// The profile to degrade to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degrade_to: Option<String>,
+    /// From this fraction on, the deployment refuses, as a rate limit on
+    /// the `cost` dimension that lasts until enough of the budget's window
+    /// has passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refuse_at: Option<f64>,
 }
 
 /// Checks every profile: deployments given, fallbacks known, no cycles.
@@ -42,18 +68,67 @@ pub(crate) fn validate(profiles: &BTreeMap<String, ProfileConfig>) -> Result<()>
                 return Err(Error::config(field("fallback"), fallback, "names no profile"));
             }
         }
-        let mut seen = vec![name.as_str()];
-        let mut next = profile.fallback.as_deref();
-        while let Some(step) = next {
-            if seen.contains(&step) {
-                return Err(Error::config(
-                    field("fallback"),
-                    step,
-                    format!("falls back in a cycle: {}", seen.join(" → ")),
-                ));
+        if let Some(budget) = &profile.budget {
+            validate_budget(budget, profiles, &field)?;
+        }
+    }
+    // Only once every name is known to exist.
+    for name in profiles.keys() {
+        check_acyclic(name, profiles, &|f: &str| format!("profiles.{name}.{f}"))?;
+    }
+    Ok(())
+}
+
+fn validate_budget(
+    budget: &BudgetThresholds,
+    profiles: &BTreeMap<String, ProfileConfig>,
+    field: &dyn Fn(&str) -> String,
+) -> Result<()> {
+    for (name, value) in [("degrade_at", budget.degrade_at), ("refuse_at", budget.refuse_at)] {
+        if let Some(v) = value.filter(|v| !(*v > 0.0 && *v <= 1.0)) {
+            return Err(Error::config(field(&format!("budget.{name}")), v, "a fraction of the budget, in (0, 1]"));
+        }
+    }
+    match (budget.degrade_at, &budget.degrade_to) {
+        (Some(_), None) => {
+            return Err(Error::config(field("budget.degrade_to"), "", "degrade_at needs the profile to degrade to"))
+        }
+        (None, Some(to)) => {
+            return Err(Error::config(field("budget.degrade_at"), to, "degrade_to needs the fraction to degrade at"))
+        }
+        (_, Some(to)) if !profiles.contains_key(to) => {
+            return Err(Error::config(field("budget.degrade_to"), to, "names no profile"))
+        }
+        _ => {}
+    }
+    if let (Some(degrade), Some(refuse)) = (budget.degrade_at, budget.refuse_at) {
+        if degrade >= refuse {
+            return Err(Error::config(
+                field("budget.degrade_at"),
+                degrade,
+                format!("must be below refuse_at ({refuse})"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Fallbacks and degradations never lead back to where they started.
+fn check_acyclic(name: &str, profiles: &BTreeMap<String, ProfileConfig>, field: &dyn Fn(&str) -> String) -> Result<()> {
+    let next = |p: &str| {
+        let config = &profiles[p];
+        let degrade = config.budget.as_ref().and_then(|b| b.degrade_to.as_deref());
+        [config.fallback.as_deref(), degrade].into_iter().flatten().collect::<Vec<_>>()
+    };
+    // Depth-first over both kinds of edge, with the path walked so far.
+    let mut stack = vec![vec![name]];
+    while let Some(path) = stack.pop() {
+        for step in next(path[path.len() - 1]) {
+            if step == name || path.contains(&step) {
+                let walk = path.iter().chain([&step]).copied().collect::<Vec<_>>().join(" → ");
+                return Err(Error::config(field("fallback"), step, format!("leads back in a cycle: {walk}")));
             }
-            seen.push(step);
-            next = profiles[step].fallback.as_deref();
+            stack.push(path.iter().copied().chain([step]).collect());
         }
     }
     Ok(())

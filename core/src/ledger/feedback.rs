@@ -147,6 +147,10 @@ impl Ledger {
                 changes.push(BreakerChange { scope: scope.path.clone(), open: false });
             }
             for (l, (limit, bucket)) in scope.limits.iter().zip(scope.buckets.iter()).enumerate() {
+                // A budget is the user's, not the provider's: nothing it says moves it.
+                if limit.dimension == Dimension::Cost {
+                    continue;
+                }
                 let pace = &adaptation.paces[l];
                 if reopened {
                     pace.restart(adaptive, now);

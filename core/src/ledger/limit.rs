@@ -338,6 +338,27 @@ impl Limit {
         }
     }
 
+    /// When what is in use on this limit will have fallen to `level` or
+    /// below, if nothing more is charged: `now` if it already has. A
+    /// concurrency limit's use falls with releases, not time: `now`.
+    pub fn spent_at_most_at(&self, bucket: &Bucket, level: u64, now: u64) -> u64 {
+        match (&self.rule, bucket) {
+            (Rule::TokenBucket(p), Bucket::Tat(tat)) => {
+                let needed = p.units_to_ns(p.burst().saturating_sub(level)) as i128;
+                let wait = (needed - p.room(tat, now)).clamp(0, u64::MAX as i128) as u64;
+                now.saturating_add(wait)
+            }
+            (Rule::SlidingWindow { slot, .. }, Bucket::Window(ring)) => {
+                let index = slot.index(now);
+                match ring.index_when_at_most(index, level) {
+                    at if at == index => now,
+                    at => slot.start(at),
+                }
+            }
+            _ => now,
+        }
+    }
+
     /// Permits that expired holding a slot of this concurrency limit, as of `now`.
     pub fn expired_at(&self, bucket: &Bucket, now: u64, ttl: TtlSlots) -> Option<u64> {
         match bucket {

@@ -4,6 +4,7 @@
 
 pub mod atomic;
 pub(crate) mod breaker;
+mod budget;
 pub(crate) mod feedback;
 pub mod gcra;
 mod headroom;
@@ -62,7 +63,8 @@ impl Ledger {
     /// Builds a ledger from a config, validating it.
     pub fn new(config: &Config) -> Result<Self> {
         let compiled = compile(config)?;
-        let limits = compiled.configured.iter().map(|(_, l, _)| l).chain(compiled.templates.iter().map(|t| &t.limits));
+        let specs = compiled.configured.iter().map(|(_, spec)| spec).chain(compiled.templates.iter().map(|t| &t.spec));
+        let limits = specs.map(|spec| &spec.limits);
         let reserves_expected_output =
             limits.flat_map(|limits| limits.iter()).any(|l| l.reserves_output() == Some("expected"));
         Ok(Ledger {
@@ -145,7 +147,7 @@ impl Ledger {
                 reason: "a request names at least one path".into(),
             });
         }
-        Ok(Route { ledger: self.tag, id: self.registry.intern_route(scopes) })
+        Ok(Route { ledger: self.tag, id: self.registry.intern_route(scopes)? })
     }
 
     /// Reserves every limit of every scope on the request's route at `now`,
@@ -156,8 +158,9 @@ impl Ledger {
         let estimate = request.estimate();
         estimate.validate()?;
         let expected_output = request.expected_output();
-        let costs = Costs::of(&estimate, expected_output);
-        let scopes = self.registry.route(request.route.id);
+        let route = self.registry.route_entry(request.route.id);
+        let costs = Costs::of(&estimate, expected_output, route.price.as_ref());
+        let scopes = &route.scopes[..];
         let mut paced = PacedCharges::new();
         let mut probes = false;
         for (s, &id) in scopes.iter().enumerate() {
@@ -345,7 +348,8 @@ impl Ledger {
         }
         let raised = Usage { output_tokens: output.max(streamed), ..permit.charged };
         let raised_expected = expected.max(streamed);
-        let (was, is) = (Costs::of(&permit.charged, expected), Costs::of(&raised, raised_expected));
+        let price = self.registry.route_entry(permit.route.id).price.as_ref();
+        let (was, is) = (Costs::of(&permit.charged, expected, price), Costs::of(&raised, raised_expected, price));
         self.for_each_limit(permit, |limit, bucket, pace| {
             if limit.cost_kind.counts_output() && limit.cost(&was) != limit.cost(&is) {
                 adjust(limit, bucket, limit.cost(&was), limit.cost(&is), permit.acquired_at, now, pace);
@@ -374,8 +378,9 @@ impl Ledger {
     /// `None`), frees its slots and marks it `state`.
     fn finish(&self, permit: &mut Permit, actual: Option<&Usage>, state: PermitState, now: u64) -> Result<()> {
         self.check_pending(permit, now)?;
-        let charged = Costs::of(&permit.charged, permit.charged_expected_output);
-        let actual = actual.map_or(Costs::NONE, Costs::actual);
+        let price = self.registry.route_entry(permit.route.id).price.as_ref();
+        let charged = Costs::of(&permit.charged, permit.charged_expected_output, price);
+        let actual = actual.map_or(Costs::NONE, |usage| Costs::actual(usage, price));
         self.for_each_limit(permit, |limit, bucket, pace| {
             if limit.dimension == crate::Dimension::Concurrency {
                 limit.release(bucket, permit.ttl_slot);

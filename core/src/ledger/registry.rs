@@ -7,9 +7,10 @@ use smallvec::SmallVec;
 
 use super::breaker::Breaker;
 use super::limit::{Bucket, Limit};
-use super::pace::{start_rate, Pace};
+use super::pace::{start_rate, Pace, FULL_RATE};
 use crate::config::adaptive::Adaptive;
-use crate::{Error, Result};
+use crate::pricing::Price;
+use crate::{Dimension, Error, Result};
 
 /// A scope's position in its registry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -35,6 +36,17 @@ pub(crate) struct Scope {
     pub provider: bool,
     /// A provider scope's breaker and paces; `None` for llmgov's own budgets.
     pub adaptation: Option<Box<Adaptation>>,
+    /// The price of the model this scope serves, if the config gives one.
+    pub price: Option<Arc<Price>>,
+}
+
+/// What a configured scope or a template gives each scope it makes.
+#[derive(Debug, Clone)]
+pub(crate) struct ScopeSpec {
+    pub limits: Arc<[Limit]>,
+    /// A provider's pool: its answers are fed back into these limits.
+    pub provider: bool,
+    pub price: Option<Arc<Price>>,
 }
 
 /// What a provider scope learns from the provider's answers.
@@ -58,8 +70,7 @@ impl Scope {
 pub(crate) struct Template {
     /// `None` stands for `*`.
     pub segments: Vec<Option<Box<str>>>,
-    pub limits: Arc<[Limit]>,
-    pub provider: bool,
+    pub spec: ScopeSpec,
 }
 
 impl Template {
@@ -81,8 +92,10 @@ pub(crate) struct RouteId(pub u32);
 
 /// An interned route.
 #[derive(Debug)]
-struct RouteEntry {
-    scopes: Box<[ScopeIndex]>,
+pub(crate) struct RouteEntry {
+    pub scopes: Box<[ScopeIndex]>,
+    /// The price of its requests, from the one priced scope on it.
+    pub price: Option<Price>,
     /// The route of just its provider scopes, where it has others too: what
     /// is learned about a provider's answers is shared by every tenant's
     /// route to it, so per-tenant routes cost no memory of their own there.
@@ -108,11 +121,7 @@ pub(crate) type ScopeList = SmallVec<[ScopeIndex; 8]>;
 
 impl Registry {
     /// A registry of the configured scopes (instantiated now) and templates.
-    pub fn new(
-        configured: Vec<(String, Arc<[Limit]>, bool)>,
-        mut templates: Vec<Template>,
-        adaptive: Adaptive,
-    ) -> Self {
+    pub fn new(configured: Vec<(String, ScopeSpec)>, mut templates: Vec<Template>, adaptive: Adaptive) -> Self {
         templates.sort_by_key(|t| std::cmp::Reverse(t.specificity()));
         let registry = Registry {
             by_path: papaya::HashMap::new(),
@@ -122,8 +131,8 @@ impl Registry {
             route_ids: papaya::HashMap::new(),
             adaptive,
         };
-        for (path, limits, provider) in configured {
-            registry.instantiate(&path, limits, provider);
+        for (path, spec) in configured {
+            registry.instantiate(&path, &spec);
         }
         registry
     }
@@ -144,26 +153,68 @@ impl Registry {
         &self.routes[id.0 as usize].scopes
     }
 
+    /// An interned route: its scopes and its price.
+    #[inline]
+    pub fn route_entry(&self, id: RouteId) -> &RouteEntry {
+        &self.routes[id.0 as usize]
+    }
+
     /// The route of `id`'s provider scopes (itself, if it has no others, or none).
     pub fn provider_part(&self, id: RouteId) -> RouteId {
         self.routes[id.0 as usize].provider_part.unwrap_or(id)
     }
 
-    /// Interns a set of scopes as a route: sorted, each once.
-    pub fn intern_route(&self, mut scopes: ScopeList) -> RouteId {
+    /// Interns a set of scopes as a route: sorted, each once. A route with
+    /// a `cost` limit needs exactly one price among its scopes.
+    pub fn intern_route(&self, mut scopes: ScopeList) -> Result<RouteId> {
         scopes.sort_unstable();
         scopes.dedup();
         let ids = self.route_ids.pin();
         if let Some(id) = ids.get(&scopes[..]) {
-            return *id;
+            return Ok(*id);
         }
+        let price = self.route_price(&scopes)?;
         let providers: ScopeList = scopes.iter().copied().filter(|&s| self.get(s).provider).collect();
-        let provider_part =
-            (!providers.is_empty() && providers.len() < scopes.len()).then(|| self.intern_route(providers));
-        let index = self.routes.push(RouteEntry { scopes: scopes.to_vec().into_boxed_slice(), provider_part });
+        let provider_part = match !providers.is_empty() && providers.len() < scopes.len() {
+            true => Some(self.intern_route(providers)?),
+            false => None,
+        };
+        let index = self.routes.push(RouteEntry { scopes: scopes.to_vec().into_boxed_slice(), price, provider_part });
         let id = RouteId(u32::try_from(index).expect("more than 4 billion routes"));
         // As with scopes, a racing twin stays unused.
-        *ids.get_or_insert(scopes.to_vec().into_boxed_slice(), id)
+        Ok(*ids.get_or_insert(scopes.to_vec().into_boxed_slice(), id))
+    }
+
+    /// The price of a route's requests: that of its one priced scope (two
+    /// priced differently would make the cost ambiguous). A route with a
+    /// budget but no price is refused: its budget would count nothing.
+    fn route_price(&self, scopes: &[ScopeIndex]) -> Result<Option<Price>> {
+        let mut priced: Option<&Scope> = None;
+        let mut budgeted: Option<&Scope> = None;
+        for scope in scopes.iter().map(|&s| self.get(s)) {
+            if budgeted.is_none() && scope.limits.iter().any(|l| l.dimension == Dimension::Cost) {
+                budgeted = Some(scope);
+            }
+            match (priced, scope.price.as_deref()) {
+                (Some(first), Some(price)) if first.price.as_deref() != Some(price) => {
+                    let reason = format!(
+                        "`{}` and `{}` are priced differently; a route takes one price",
+                        first.path, scope.path
+                    );
+                    return Err(route_error(format!("{}, {}", first.path, scope.path), reason));
+                }
+                (None, Some(_)) => priced = Some(scope),
+                _ => {}
+            }
+        }
+        match (priced, budgeted) {
+            (None, Some(scope)) => {
+                let reason =
+                    format!("`{}` has a cost budget, but no scope on the route names a pricing table", scope.path);
+                Err(route_error(scope.path.to_string(), reason))
+            }
+            (priced, _) => Ok(priced.and_then(|s| s.price.as_deref().copied())),
+        }
     }
 
     /// Number of scopes instantiated so far.
@@ -184,19 +235,22 @@ impl Registry {
         self.by_path.pin().get(path).copied()
     }
 
-    fn instantiate(&self, path: &str, limits: Arc<[Limit]>, provider: bool) -> ScopeIndex {
+    fn instantiate(&self, path: &str, spec: &ScopeSpec) -> ScopeIndex {
         let by_path = self.by_path.pin();
         if let Some(id) = by_path.get(path) {
             return *id;
         }
         let path: Arc<str> = Arc::from(path);
+        let (limits, provider, price) = (spec.limits.clone(), spec.provider, spec.price.clone());
         let buckets = limits.iter().map(Limit::new_bucket).collect();
         let adaptation = provider.then(|| {
             let rate = start_rate(&self.adaptive);
-            let paces = limits.iter().map(|_| Pace::new(rate, 0)).collect();
+            // A budget is the user's: it never ramps up.
+            let rate_of = |l: &Limit| if l.dimension == Dimension::Cost { FULL_RATE } else { rate };
+            let paces = limits.iter().map(|l| Pace::new(rate_of(l), 0)).collect();
             Box::new(Adaptation { breaker: Breaker::default(), paces })
         });
-        let index = self.scopes.push(Scope { path: path.clone(), limits, buckets, provider, adaptation });
+        let index = self.scopes.push(Scope { path: path.clone(), limits, buckets, provider, adaptation, price });
         let id = ScopeIndex(u32::try_from(index).expect("more than 4 billion scopes"));
         // Two threads may instantiate the same path at once; the loser's scope
         // stays unreachable, and both use the winner's id.
@@ -230,7 +284,7 @@ impl Registry {
             if let Some(id) = self.lookup(prefix) {
                 found.push(id);
             } else if let Some(template) = self.templates.iter().find(|t| t.matches(&segments[..=depth])) {
-                found.push(self.instantiate(prefix, template.limits.clone(), template.provider));
+                found.push(self.instantiate(prefix, &template.spec));
             }
         }
         if found.is_empty() {
@@ -238,6 +292,10 @@ impl Registry {
         }
         Ok(found)
     }
+}
+
+fn route_error(value: String, reason: String) -> Error {
+    Error::InvalidRequest { field: "paths", value, reason }
 }
 
 /// Splits a request path into segments, rejecting empty segments and wildcards.

@@ -47,7 +47,8 @@ impl Cost {
             Dimension::InputTokens => self.input,
             Dimension::OutputTokens => output,
             Dimension::Tokens => self.input.saturating_add(output),
-            Dimension::Concurrency => 0,
+            // Budgets are not predicted: a refusal's retry time says when.
+            Dimension::Concurrency | Dimension::Cost => 0,
         }
     }
 

@@ -74,6 +74,7 @@ fn limit(dimension: Dimension, amount: Option<u64>, window: Option<(&str, u64)>,
     LimitConfig {
         dimension,
         amount,
+        budget: None,
         window: window.map(|(text, _)| text.to_owned()),
         algorithm: window.map(|_| algorithm),
         burst: None,
@@ -149,7 +150,7 @@ pub(super) fn ledger_config(
         // A provider with only a concurrency limit, unknown: nothing to discover.
         limits.push(limit(Dimension::Requests, Some(1 << 40), Some(("1m", 60_000_000_000)), Algorithm::TokenBucket));
     }
-    let scope = ScopeConfig { safety_margin: None, limits, provider: Some(true) };
+    let scope = ScopeConfig { safety_margin: None, limits, provider: Some(true), pricing: None };
     Ok(Config { scopes: BTreeMap::from([(SCOPE.to_owned(), scope)]), adaptive, ..Config::default() })
 }
 

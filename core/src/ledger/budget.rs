@@ -1,0 +1,64 @@
+//! How much of the `cost` budgets on a route is spent, and when it will
+//! have fallen below a threshold again: what a profile's budget thresholds
+//! (degrade, refuse) are checked against.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::permit::Route;
+use super::registry::ScopeIndex;
+use super::Ledger;
+use crate::{Dimension, Error, Result};
+
+/// The most spent `cost` budget on a route.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Spent {
+    /// Spent and reserved ÷ budget, from 0 up (past 1 in debt).
+    pub fraction: f64,
+    scope: ScopeIndex,
+    limit: usize,
+}
+
+impl Ledger {
+    /// The most spent of the `cost` budgets on `route` at `now`, or `None`
+    /// when it has none.
+    pub(crate) fn budget_spent(&self, route: Route, now: u64) -> Result<Option<Spent>> {
+        self.check_route(route)?;
+        let mut most: Option<Spent> = None;
+        for &index in self.registry.route(route.id) {
+            let scope = self.registry.get(index);
+            for (l, (limit, bucket)) in scope.limits.iter().zip(scope.buckets.iter()).enumerate() {
+                if limit.dimension != Dimension::Cost {
+                    continue;
+                }
+                let (available, _) = limit.usage_at(bucket, now, self.ttl, scope.pace(l));
+                let fraction = (limit.amount as f64 - available as f64) / limit.amount as f64;
+                if most.is_none_or(|m| fraction > m.fraction) {
+                    most = Some(Spent { fraction, scope: index, limit: l });
+                }
+            }
+        }
+        Ok(most)
+    }
+
+    /// The refusal of a request because `spent` is at or past `threshold`
+    /// of its budget: a rate limit on the budget's scope and the `cost`
+    /// dimension, until the spend has fallen below the threshold. It is
+    /// counted as a rate limit if `counted` (and not when the request is
+    /// passed on to a cheaper profile instead).
+    #[cold]
+    pub(crate) fn budget_refusal(&self, spent: &Spent, threshold: f64, counted: bool, now: u64) -> Error {
+        let scope = self.registry.get(spent.scope);
+        let (limit, bucket) = (&scope.limits[spent.limit], &scope.buckets[spent.limit]);
+        let below = ((threshold * limit.amount as f64).ceil() as u64).saturating_sub(1);
+        let at = limit.spent_at_most_at(bucket, below, now);
+        if counted {
+            self.refusals.rate_limited.fetch_add(1, Ordering::Relaxed);
+        }
+        Error::RateLimited {
+            scope: scope.path.clone(),
+            dimension: Dimension::Cost,
+            retry_after: Some(Duration::from_nanos(at.saturating_sub(now))),
+        }
+    }
+}
