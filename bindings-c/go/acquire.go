@@ -20,11 +20,13 @@ import (
 // tenants. A refused wait holds nothing.
 //
 // ctx's deadline bounds the wait, on the governor's clock. If ctx is
-// cancelled first, Acquire returns ctx's error at once; the wait it left
-// ends by itself (at the deadline, or the class's maximum wait), and a
-// permit granted to it meanwhile is cancelled, so nothing stays reserved.
+// cancelled first, Acquire returns at once with an error wrapping both
+// ctx's error and ErrCancelled: the request has left its queue, and a
+// permit granted at that very moment was given back, so nothing stays
+// reserved. (If admission wins the race, the permit is returned.)
 //
-// On a manual clock, call WakeWaiters after advancing it.
+// The wait parks the calling goroutine's OS thread. On a manual clock,
+// call WakeWaiters after advancing it.
 func (g *Governor) Acquire(ctx context.Context, r Request) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -37,39 +39,34 @@ func (g *Governor) Acquire(ctx context.Context, r Request) (*Permit, error) {
 	if deadline, ok := ctx.Deadline(); ok {
 		timeout = C.uint64_t(max(time.Until(deadline), 0))
 	}
-	wait := func() (*Permit, error) {
-		req := r.c()
-		var handle *C.llmgov_permit
-		var ce C.go_error
+	req := r.c()
+	var handle *C.llmgov_permit
+	var ce C.go_error
+	if ctx.Done() == nil { // cannot be cancelled
 		if err := fromC(C.go_acquire(h, &req, timeout, &handle, &ce), &ce); err != nil {
 			return nil, err
 		}
 		return newPermit(handle), nil
 	}
-	if ctx.Done() == nil { // cannot be cancelled: wait on this goroutine
-		return wait()
+	token := C.llmgov_cancel_token_new()
+	cancelled := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		C.llmgov_cancel_token_cancel(token)
+		close(cancelled)
+	})
+	result := C.go_acquire_cancellable(h, &req, timeout, token, &handle, &ce)
+	if !stop() { // the cancel has started: let it finish before the token goes
+		<-cancelled
 	}
-	type answer struct {
-		permit *Permit
-		err    error
+	C.llmgov_cancel_token_free(token)
+	if result == C.LLMGOV_RESULT_CANCELLED {
+		C.go_error_free(&ce)
+		return nil, fmt.Errorf("llmgov: acquire cancelled: %w (%w)", ctx.Err(), ErrCancelled)
 	}
-	done := make(chan answer, 1)
-	go func() {
-		p, err := wait()
-		done <- answer{p, err}
-	}()
-	select {
-	case a := <-done:
-		return a.permit, a.err
-	case <-ctx.Done():
-		go func() {
-			if a := <-done; a.permit != nil {
-				_ = a.permit.Cancel() // granted after the caller left: give it back
-				a.permit.Close()
-			}
-		}()
-		return nil, fmt.Errorf("llmgov: acquire abandoned: %w", ctx.Err())
+	if err := fromC(result, &ce); err != nil {
+		return nil, err
 	}
+	return newPermit(handle), nil
 }
 
 // WakeWaiters lets waiting requests see the clock's time now: admits whoever

@@ -111,10 +111,15 @@ func TestCancelledContextLeavesNothingReserved(t *testing.T) {
 	}()
 	untilWaiting(t, gov, 1)
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("want context.Canceled, got %v", err)
+	err := <-done
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, llmgov.ErrCancelled) {
+		t.Fatalf("want context.Canceled and ErrCancelled, got %v", err)
 	}
-	// The wait it left is admitted at the refill, and given back at once.
+	// The waiter left its queue before Acquire returned.
+	if m := must[*llmgov.QueueMetrics](t)(gov.QueueMetrics()); m.Depth != 0 {
+		t.Fatalf("queue depth %d after the cancel, want 0", m.Depth)
+	}
+	// At the refill nobody is admitted on its behalf.
 	if err := clock.Advance(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -122,11 +127,45 @@ func TestCancelledContextLeavesNothingReserved(t *testing.T) {
 	if err := all.Cancel(); err != nil {
 		t.Fatal(err)
 	}
-	for inUse(t, gov) != 0 {
-		runtime.Gosched()
+	if n := inUse(t, gov); n != 0 {
+		t.Errorf("in use %d, want 0", n)
 	}
 	s := must[*llmgov.Snapshot](t)(gov.Snapshot())
-	if s.Admitted != 2 {
-		t.Errorf("admitted %d, want 2 (the first and the abandoned waiter)", s.Admitted)
+	if s.Admitted != 1 {
+		t.Errorf("admitted %d, want 1 (the abandoned waiter never was)", s.Admitted)
+	}
+}
+
+// Many waiters on one context leave together when it is cancelled, each
+// at once and holding nothing (run under -race).
+func TestOneCancelReleasesEveryWaiter(t *testing.T) {
+	clock := llmgov.NewManualClock(0)
+	defer clock.Close()
+	gov := must[*llmgov.Governor](t)(llmgov.FromTOML(waitingConfig, llmgov.WithClock(clock)))
+	defer gov.Close()
+	route := must[llmgov.Route](t)(gov.Route("p"))
+	all := must[*llmgov.Permit](t)(gov.TryAcquire(llmgov.Request{Route: route, InputTokens: 600}))
+	defer all.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	const waiters = 16
+	done := make(chan error, waiters)
+	for range waiters {
+		go func() {
+			_, err := gov.Acquire(ctx, llmgov.Request{Route: route, InputTokens: 10})
+			done <- err
+		}()
+	}
+	untilWaiting(t, gov, waiters)
+	cancel()
+	for range waiters {
+		if err := <-done; !errors.Is(err, llmgov.ErrCancelled) {
+			t.Fatalf("want ErrCancelled, got %v", err)
+		}
+	}
+	if m := must[*llmgov.QueueMetrics](t)(gov.QueueMetrics()); m.Depth != 0 {
+		t.Fatalf("queue depth %d, want 0", m.Depth)
+	}
+	if n := inUse(t, gov); n != 600 {
+		t.Fatalf("in use %d, want the 600 held", n)
 	}
 }

@@ -47,6 +47,12 @@ llmgov_result go_acquire(const llmgov_governor *governor, const llmgov_request *
     return checked(llmgov_governor_acquire(governor, request, timeout_ns, out), err);
 }
 
+llmgov_result go_acquire_cancellable(const llmgov_governor *governor, const llmgov_request *request,
+                                     uint64_t timeout_ns, const llmgov_cancel_token *cancel, llmgov_permit **out,
+                                     go_error *err) {
+    return checked(llmgov_governor_acquire_cancellable(governor, request, timeout_ns, cancel, out), err);
+}
+
 llmgov_result go_settle(llmgov_permit *permit, llmgov_usage usage, go_error *err) {
     return checked(llmgov_permit_settle(permit, usage), err);
 }

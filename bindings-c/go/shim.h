@@ -26,6 +26,9 @@ llmgov_result go_try_acquire(const llmgov_governor *governor, const llmgov_reque
                              go_error *err);
 llmgov_result go_acquire(const llmgov_governor *governor, const llmgov_request *request, uint64_t timeout_ns,
                          llmgov_permit **out, go_error *err);
+llmgov_result go_acquire_cancellable(const llmgov_governor *governor, const llmgov_request *request,
+                                     uint64_t timeout_ns, const llmgov_cancel_token *cancel, llmgov_permit **out,
+                                     go_error *err);
 llmgov_result go_settle(llmgov_permit *permit, llmgov_usage usage, go_error *err);
 llmgov_result go_cancel(llmgov_permit *permit, go_error *err);
 llmgov_result go_add_output(llmgov_permit *permit, uint64_t tokens, go_error *err);

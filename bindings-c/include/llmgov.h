@@ -122,6 +122,11 @@ enum llmgov_result
    */
   LLMGOV_RESULT_PANIC = 103,
   /**
+   * The wait was cancelled through its `llmgov_cancel_token`; nothing
+   * was reserved.
+   */
+  LLMGOV_RESULT_CANCELLED = 104,
+  /**
    * The core failed with an error newer than this binding; its code is
    * in `llmgov_last_error`.
    */
@@ -393,6 +398,13 @@ typedef uint32_t llmgov_encoding;
 #endif // __cplusplus
 
 /**
+ * A cancel signal for `llmgov_governor_acquire_cancellable`, set once by
+ * `llmgov_cancel_token_cancel` from any thread. One token may serve
+ * several waits (all of them are cancelled); it cannot be reset.
+ */
+typedef struct llmgov_cancel_token llmgov_cancel_token;
+
+/**
  * A rate-limit governor. Every function taking a `const llmgov_governor *`
  * may be called from any thread at once.
  */
@@ -417,6 +429,62 @@ typedef struct llmgov_permit llmgov_permit;
  * once.
  */
 typedef struct llmgov_profile llmgov_profile;
+
+/**
+ * What a request asks to reserve. A zeroed struct is a valid request on
+ * route 0 in the default class reserving one request (and a concurrency
+ * slot); set the token counts you know.
+ */
+typedef struct llmgov_request {
+  /**
+   * A number from `llmgov_governor_route` (not read by
+   * `llmgov_governor_try_acquire_profile`, which uses each deployment's).
+   */
+  uint32_t route;
+  /**
+   * A number from `llmgov_governor_class`; 0 is the default class.
+   */
+  uint32_t class_id;
+  /**
+   * Estimated prompt tokens, cached ones included.
+   */
+  uint64_t input_tokens;
+  /**
+   * Part of `input_tokens` expected from the prompt cache.
+   */
+  uint64_t cached_input_tokens;
+  /**
+   * The request's `max_tokens`: reserved on limits that reserve
+   * `max_tokens`, and a cap on every output charge.
+   */
+  uint64_t max_output_tokens;
+  /**
+   * The output expected, reserved (capped at `max_output_tokens`) on
+   * limits with `reserve_output = "expected"`; read only when
+   * `has_expected_output_tokens` is true. Otherwise those limits reserve
+   * what the governor has learned for the route and class.
+   */
+  uint64_t expected_output_tokens;
+  /**
+   * Whether `expected_output_tokens` is set.
+   */
+  bool has_expected_output_tokens;
+  /**
+   * Order among the waiting requests of one tenant in one class: higher
+   * first, then first come. Only `llmgov_governor_acquire` uses it.
+   */
+  int32_t priority;
+  /**
+   * The longest `llmgov_governor_acquire` may wait for this request,
+   * from the call, in nanoseconds (the class's maximum wait caps it);
+   * read only when `has_deadline` is true.
+   */
+  uint64_t deadline_ns;
+  /**
+   * Whether `deadline_ns` is set; otherwise the class's maximum wait.
+   */
+  bool has_deadline;
+} llmgov_request;
 
 /**
  * One HTTP header: bytes, not necessarily NUL-terminated or UTF-8.
@@ -595,62 +663,6 @@ typedef struct llmgov_error {
 typedef void (*llmgov_event_callback)(void *userdata, const char *event_json, size_t len);
 
 /**
- * What a request asks to reserve. A zeroed struct is a valid request on
- * route 0 in the default class reserving one request (and a concurrency
- * slot); set the token counts you know.
- */
-typedef struct llmgov_request {
-  /**
-   * A number from `llmgov_governor_route` (not read by
-   * `llmgov_governor_try_acquire_profile`, which uses each deployment's).
-   */
-  uint32_t route;
-  /**
-   * A number from `llmgov_governor_class`; 0 is the default class.
-   */
-  uint32_t class_id;
-  /**
-   * Estimated prompt tokens, cached ones included.
-   */
-  uint64_t input_tokens;
-  /**
-   * Part of `input_tokens` expected from the prompt cache.
-   */
-  uint64_t cached_input_tokens;
-  /**
-   * The request's `max_tokens`: reserved on limits that reserve
-   * `max_tokens`, and a cap on every output charge.
-   */
-  uint64_t max_output_tokens;
-  /**
-   * The output expected, reserved (capped at `max_output_tokens`) on
-   * limits with `reserve_output = "expected"`; read only when
-   * `has_expected_output_tokens` is true. Otherwise those limits reserve
-   * what the governor has learned for the route and class.
-   */
-  uint64_t expected_output_tokens;
-  /**
-   * Whether `expected_output_tokens` is set.
-   */
-  bool has_expected_output_tokens;
-  /**
-   * Order among the waiting requests of one tenant in one class: higher
-   * first, then first come. Only `llmgov_governor_acquire` uses it.
-   */
-  int32_t priority;
-  /**
-   * The longest `llmgov_governor_acquire` may wait for this request,
-   * from the call, in nanoseconds (the class's maximum wait caps it);
-   * read only when `has_deadline` is true.
-   */
-  uint64_t deadline_ns;
-  /**
-   * Whether `deadline_ns` is set; otherwise the class's maximum wait.
-   */
-  bool has_deadline;
-} llmgov_request;
-
-/**
  * Token counts: a request's actual usage, at settle.
  */
 typedef struct llmgov_usage {
@@ -697,6 +709,58 @@ extern "C" {
  * The string is static: never free it.
  */
 const char *llmgov_version(void);
+
+/**
+ * A new cancel token, not cancelled.
+ *
+ * # Ownership
+ * The caller's: free it with `llmgov_cancel_token_free` once no wait uses
+ * it and no thread will cancel it.
+ */
+struct llmgov_cancel_token *llmgov_cancel_token_new(void);
+
+/**
+ * Cancels every `llmgov_governor_acquire_cancellable` waiting on `token`,
+ * now and later: each returns `LLMGOV_RESULT_CANCELLED` promptly, holding
+ * nothing. Callable from any thread, any number of times.
+ *
+ * # Safety
+ * `token` NULL (an error) or a live token.
+ */
+llmgov_result llmgov_cancel_token_cancel(const struct llmgov_cancel_token *token);
+
+/**
+ * Frees a cancel token. NULL does nothing.
+ *
+ * # Safety
+ * `token` must be NULL or a token from `llmgov_cancel_token_new` not freed
+ * yet, that no wait is using and no thread will cancel.
+ */
+void llmgov_cancel_token_free(struct llmgov_cancel_token *token);
+
+/**
+ * Waits fairly for admission as `llmgov_governor_acquire` does (the same
+ * timeout, deadline and class rules, the same errors), and also returns
+ * `LLMGOV_RESULT_CANCELLED` as soon as another thread cancels `cancel`:
+ * the request then leaves its queue at once, and a permit granted at that
+ * very moment is given back, so nothing stays reserved. If admission wins
+ * the race, the permit is returned as usual.
+ *
+ * Refusals after a wait are not reported to the event hook (those the
+ * queue gives at once are).
+ *
+ * # Ownership
+ * As `llmgov_governor_try_acquire`. The token stays the caller's.
+ *
+ * # Safety
+ * As `llmgov_governor_try_acquire`; `cancel` NULL (an error) or a token
+ * live for the whole call.
+ */
+llmgov_result llmgov_governor_acquire_cancellable(const struct llmgov_governor *governor,
+                                                  const struct llmgov_request *request,
+                                                  uint64_t timeout_ns,
+                                                  const struct llmgov_cancel_token *cancel,
+                                                  struct llmgov_permit **out_permit);
 
 /**
  * Classifies a provider's answer without touching any governor (to feed

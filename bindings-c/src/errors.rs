@@ -63,6 +63,9 @@ pub enum llmgov_result {
     /// The library panicked; the call had no effect that can be relied on.
     /// Please report it.
     Panic = 103,
+    /// The wait was cancelled through its `llmgov_cancel_token`; nothing
+    /// was reserved.
+    Cancelled = 104,
     /// The core failed with an error newer than this binding; its code is
     /// in `llmgov_last_error`.
     UnknownError = 199,
@@ -90,6 +93,7 @@ impl llmgov_result {
             llmgov_result::InvalidUtf8 => c"invalid_utf8",
             llmgov_result::InvalidArgument => c"invalid_argument",
             llmgov_result::Panic => c"panic",
+            llmgov_result::Cancelled => c"cancelled",
             llmgov_result::UnknownError => c"unknown_error",
         }
     }
@@ -119,6 +123,7 @@ impl llmgov_result {
             llmgov_result::InvalidUtf8 => c"a string argument is not valid UTF-8",
             llmgov_result::InvalidArgument => c"an argument is out of its domain",
             llmgov_result::Panic => c"internal error: llmgov panicked (please report it)",
+            llmgov_result::Cancelled => c"the wait was cancelled; nothing was reserved",
             llmgov_result::UnknownError => c"an error this version of the C binding does not know",
         }
     }
@@ -144,6 +149,7 @@ impl llmgov_result {
             InvalidUtf8,
             InvalidArgument,
             Panic,
+            Cancelled,
             UnknownError,
         ]
         .into_iter()

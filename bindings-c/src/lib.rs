@@ -22,6 +22,7 @@
 //! All mapping of the core's `Error` to codes is in [`errors`].
 
 mod args;
+mod cancel;
 mod classify;
 mod clock;
 pub mod errors;

@@ -106,7 +106,7 @@ pub struct llmgov_permit {
 }
 
 impl llmgov_governor {
-    fn request(&self, r: &llmgov_request) -> Outcome<Request> {
+    pub(crate) fn request(&self, r: &llmgov_request) -> Outcome<Request> {
         self.request_on(self.route(r.route, "route")?, r)
     }
 
