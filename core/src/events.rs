@@ -3,6 +3,7 @@
 //! governor, called on the thread where the event happened; the paths that
 //! admit never call it, so it may log, count or export at leisure.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use serde::Serialize;
@@ -52,15 +53,71 @@ pub enum Event {
 /// The callback type of [`crate::Governor::set_event_hook`].
 pub type EventHook = Arc<dyn Fn(&Event) + Send + Sync>;
 
-/// A governor's hook, set at most once.
+/// A governor's hook, set at most once, and its refusals by dimension.
 #[derive(Default)]
 pub(crate) struct Events {
     hook: OnceLock<EventHook>,
+    pub tally: RefusalTally,
 }
 
 impl std::fmt::Debug for Events {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Events").field("hooked", &self.hook.get().is_some()).finish()
+    }
+}
+
+/// Dimensions a local refusal names; `none` for refusals that name none
+/// (an open breaker, a full queue, a deadline).
+const LOCAL_DIMENSIONS: [&str; 7] =
+    ["requests", "input_tokens", "output_tokens", "tokens", "concurrency", "cost", "none"];
+
+/// Limits a provider's refusal names.
+const PROVIDER_DIMENSIONS: [LimitDimension; 8] = [
+    LimitDimension::Requests,
+    LimitDimension::Tokens,
+    LimitDimension::InputTokens,
+    LimitDimension::OutputTokens,
+    LimitDimension::Concurrency,
+    LimitDimension::DailyRequests,
+    LimitDimension::DailyTokens,
+    LimitDimension::Unknown,
+];
+
+/// Refusals counted by the dimension they name and by who refused (the
+/// error object's `gateway_decision`): llmgov before sending, or the
+/// provider after llmgov admitted.
+#[derive(Debug, Default)]
+pub(crate) struct RefusalTally {
+    local: [AtomicU64; LOCAL_DIMENSIONS.len()],
+    provider: [AtomicU64; PROVIDER_DIMENSIONS.len()],
+}
+
+impl RefusalTally {
+    /// Counts a local refusal (errors that are not refusals are not counted).
+    pub fn denied(&self, error: &Error) {
+        let dimension = match error {
+            Error::RateLimited { dimension, .. } | Error::NeverFits { dimension, .. } => dimension.as_str(),
+            Error::CircuitOpen { .. } | Error::QueueFull { .. } | Error::DeadlineExceeded { .. } => "none",
+            _ => return,
+        };
+        let index = LOCAL_DIMENSIONS.iter().position(|&d| d == dimension).expect("every dimension is listed");
+        self.local[index].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a provider's refusal of an admitted request.
+    pub fn rejected(&self, feedback: &Classification) {
+        if feedback.limited {
+            let index = PROVIDER_DIMENSIONS.iter().position(|&d| d == feedback.dimension).expect("listed");
+            self.provider[index].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// `(dimension, gateway_decision, count)` for every pair.
+    pub fn counts(&self) -> Vec<(&'static str, &'static str, u64)> {
+        let local = LOCAL_DIMENSIONS.iter().zip(&self.local).map(|(d, n)| (*d, "rejected_locally", n));
+        let provider = PROVIDER_DIMENSIONS.iter().map(|d| d.as_str()).zip(&self.provider);
+        let provider = provider.map(|(d, n)| (d, "admitted_then_provider_rejected", n));
+        local.chain(provider).map(|(d, decision, n)| (d, decision, n.load(Ordering::Relaxed))).collect()
     }
 }
 

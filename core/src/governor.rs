@@ -175,6 +175,7 @@ impl Governor {
     #[cold]
     pub(crate) fn denied(&self, error: &crate::Error, request: &Request) {
         tracing::debug!(%error, "llmgov refused a request");
+        self.events.tally.denied(error);
         if self.events.hooked() {
             self.events.denied(error, self.learning.name(request.class));
         }
@@ -243,6 +244,7 @@ impl Governor {
         let updated = self.ledger.feed_back_noting(route, feedback, sent_at, self.clock.now(), &mut changes)?;
         if feedback.limited {
             tracing::debug!(kind = ?feedback.kind, dimension = ?feedback.dimension, "provider refused a request");
+            self.events.tally.rejected(feedback);
             if self.events.hooked() {
                 self.events.rejected(feedback, self.ledger.provider_paths(route));
             }
@@ -395,7 +397,18 @@ impl Governor {
     /// Every limit, counter, breaker and queue now, in the Prometheus text
     /// format (OpenMetrics), for an application's `/metrics` endpoint.
     pub fn prometheus(&self) -> String {
-        crate::prometheus::exposition(&self.snapshot(), &self.queue_metrics())
+        let mut estimates = Vec::new();
+        for route in self.learning.accuracy.routes() {
+            let Ok(scopes) = self.ledger.route_scopes(route) else { continue };
+            let paths: Vec<&str> = scopes.iter().filter_map(|&id| self.ledger.scope_path(id).ok()).collect();
+            for (side, name) in [(Side::Input, "input"), (Side::Output, "output")] {
+                if let Some(summary) = self.learning.accuracy.summary(route, side) {
+                    estimates.push((paths.join(","), name, summary));
+                }
+            }
+        }
+        let observed = crate::prometheus::Observed { refusals: self.events.tally.counts(), estimates };
+        crate::prometheus::exposition(&self.snapshot(), &self.queue_metrics(), &observed)
     }
 
     /// Every scope and counter now.

@@ -4,14 +4,24 @@
 //! serves it from whatever HTTP server it already runs.
 
 use prometheus_client::encoding::text::encode;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::scheduler::QueueMetrics;
+use crate::scheduler::{QueueMetrics, WaitHistogram};
+use crate::tokens::ErrorSummary;
 use crate::{LimitSnapshot, Snapshot};
+
+/// What the governor observed beyond the snapshot and the queues.
+pub(crate) struct Observed {
+    /// `(dimension, gateway_decision, count)`.
+    pub refusals: Vec<(&'static str, &'static str, u64)>,
+    /// `(route's scopes, side, relative error)` per provider route.
+    pub estimates: Vec<(String, &'static str, ErrorSummary)>,
+}
 
 /// Labels of one limit of one scope.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -38,6 +48,49 @@ struct ClassLabels {
 struct RefusalLabels {
     class: String,
     reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    dimension: String,
+    gateway_decision: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EstimateLabels {
+    route: String,
+    side: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QuantileLabels {
+    route: String,
+    side: String,
+    quantile: String,
+}
+
+/// A histogram already counted elsewhere: the scheduler counts waits under
+/// its own lock, and `prometheus-client`'s `Histogram` can only be fed one
+/// observation at a time, so this encodes the counts as they are. Set once,
+/// as a family hands out shared references.
+#[derive(Debug, Default)]
+struct Counted(std::sync::OnceLock<WaitHistogram>);
+
+impl TypedMetric for Counted {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for Counted {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let histogram = self.0.get().copied().unwrap_or_default();
+        // The encoder sums the buckets into Prometheus's cumulative ones.
+        let buckets = histogram.buckets();
+        encoder.encode_histogram::<NoLabelSet>(histogram.sum_ns as f64 / 1e9, histogram.count(), &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
 }
 
 type Gauges = Family<LimitLabels, Gauge>;
@@ -108,12 +161,16 @@ fn queues(registry: &mut Registry, metrics: &QueueMetrics) {
     let depth = Family::<ClassLabels, Gauge>::default();
     let oldest = Family::<ClassLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
     let admitted = Family::<ClassLabels, Counter>::default();
+    let borrowed = Family::<ClassLabels, Counter>::default();
     let refused = Family::<RefusalLabels, Counter>::default();
+    let waits = Family::<ClassLabels, Counted>::default();
     for class in &metrics.classes {
         let labels = ClassLabels { class: class.class.clone() };
         depth.get_or_create(&labels).set(clamp(class.depth as u64));
         oldest.get_or_create(&labels).set(class.oldest_wait_ms as f64 / 1000.0);
         admitted.get_or_create(&labels).inc_by(class.admitted);
+        borrowed.get_or_create(&labels).inc_by(class.borrowed_tokens);
+        let _ = waits.get_or_create(&labels).0.set(class.wait);
         for (reason, count) in [
             ("deadline_passed", class.expired),
             ("queue_full", class.refused_queue_full),
@@ -135,11 +192,64 @@ fn queues(registry: &mut Registry, metrics: &QueueMetrics) {
     );
     registry.register("llmgov_queue_admitted", "Waiters admitted", admitted);
     registry.register("llmgov_queue_refused", "Waiters that left without a permit, by reason", refused);
+    registry.register(
+        "llmgov_queue_borrowed_tokens",
+        "Tokens admitted past the flows' guaranteed shares, borrowed from capacity others left unused",
+        borrowed,
+    );
+    registry.register_with_unit(
+        "llmgov_queue_wait",
+        "How long admitted waiters waited, per class",
+        Unit::Seconds,
+        waits,
+    );
+}
+
+/// Refusals by dimension and side, estimate errors, and retry amplification.
+fn observed(registry: &mut Registry, observed: &Observed, snapshot: &Snapshot) {
+    let refusals = Family::<DecisionLabels, Counter>::default();
+    for &(dimension, decision, count) in &observed.refusals {
+        let labels = DecisionLabels { dimension: dimension.to_owned(), gateway_decision: decision.to_owned() };
+        refusals.get_or_create(&labels).inc_by(count);
+    }
+    registry.register(
+        "llmgov_refusals",
+        "Refused requests by the dimension named and by who refused: llmgov before sending \
+         (rejected_locally) or the provider after llmgov admitted (admitted_then_provider_rejected)",
+        refusals,
+    );
+    let errors = Family::<QuantileLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    let samples = Family::<EstimateLabels, Counter>::default();
+    for (route, side, summary) in &observed.estimates {
+        for (quantile, value) in [("0.05", summary.p05), ("0.5", summary.p50), ("0.95", summary.p95)] {
+            let labels =
+                QuantileLabels { route: route.clone(), side: (*side).to_owned(), quantile: quantile.to_owned() };
+            errors.get_or_create(&labels).set(value);
+        }
+        samples
+            .get_or_create(&EstimateLabels { route: route.clone(), side: (*side).to_owned() })
+            .inc_by(summary.samples);
+    }
+    registry.register(
+        "llmgov_estimate_error",
+        "Quantiles of actual ÷ estimated − 1 per provider route and side (input, output); 0.25 is 25% under",
+        errors,
+    );
+    registry.register("llmgov_estimate_samples", "Settled requests the estimate error is drawn from", samples);
+    let successes = snapshot.admitted.saturating_sub(snapshot.admitted_then_provider_rejected);
+    let amplification = if successes == 0 { 1.0 } else { snapshot.admitted as f64 / successes as f64 };
+    let gauge = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    gauge.set(amplification);
+    registry.register(
+        "llmgov_retry_amplification",
+        "Requests sent per request the provider did not refuse: admitted ÷ (admitted − provider rejections)",
+        gauge,
+    );
 }
 
 /// The governor's state in the Prometheus text format (OpenMetrics, ending
 /// in `# EOF`).
-pub(crate) fn exposition(snapshot: &Snapshot, queue_metrics: &QueueMetrics) -> String {
+pub(crate) fn exposition(snapshot: &Snapshot, queue_metrics: &QueueMetrics, seen: &Observed) -> String {
     let mut registry = Registry::default();
     let limits = Limits::default();
     let breakers = Family::<ScopeLabels, Gauge>::default();
@@ -169,6 +279,7 @@ pub(crate) fn exposition(snapshot: &Snapshot, queue_metrics: &QueueMetrics) -> S
         counter(&mut registry, name, help, value);
     }
     queues(&mut registry, queue_metrics);
+    observed(&mut registry, seen, snapshot);
     let mut text = String::new();
     encode(&mut text, &registry).expect("writing to a String cannot fail");
     text

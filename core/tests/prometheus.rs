@@ -1,6 +1,7 @@
 //! `Governor::prometheus`: the state in the Prometheus text format, per
 //! scope and dimension, with the counters, breakers and queues.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,4 +54,50 @@ fn limits_counters_breakers_and_queues_are_exposed() {
     assert_eq!(value(&text, r#"llmgov_breaker{scope="openai/org",state="closed"}"#), 1.0);
     assert!(text.contains("# TYPE llmgov_limit gauge"), "{text}");
     assert!(text.trim_end().ends_with("# EOF"), "{text}");
+    // Refusals by dimension and by who refused.
+    let local = r#"llmgov_refusals_total{dimension="concurrency",gateway_decision="rejected_locally"}"#;
+    assert_eq!(value(&text, local), 1.0);
+    let provider = r#"llmgov_refusals_total{dimension="tokens",gateway_decision="admitted_then_provider_rejected"}"#;
+    assert_eq!(value(&text, provider), 1.0);
+    assert_eq!(value(&text, r#"llmgov_refusals_total{dimension="requests",gateway_decision="rejected_locally"}"#), 0.0);
+    // One of two admitted was refused by the provider: two sent per success.
+    assert_eq!(value(&text, "llmgov_retry_amplification"), 2.0);
+    // The estimate was exact: no error on input.
+    let input = r#"route="openai/org",side="input""#;
+    assert_eq!(value(&text, &format!(r#"llmgov_estimate_error{{{input},quantile="0.5"}}"#)), 0.0);
+    assert_eq!(value(&text, &format!("llmgov_estimate_samples_total{{{input}}}")), 1.0);
+}
+
+#[test]
+fn waits_and_borrowed_capacity_are_exposed_per_class() {
+    // A tenant guaranteed 100 tokens a minute: its first 100 are its own,
+    // what it gets past them is borrowed.
+    let config = json!({
+        "scopes": {"p": {"limits": [{"dimension": "requests", "amount": 1, "window": "1s"}]}, "tenants/*": {"limits": [{"dimension": "concurrency", "amount": 10}]}},
+        "shares": {"tenants/*": {"guarantee": 100, "window": "1m"}},
+    });
+    let clock = Arc::new(ManualClock::new(0));
+    let gov = Governor::with_clock(&Config::from_value(config).unwrap(), clock.clone()).unwrap();
+    let route = gov.route(&["tenants/acme", "p"]).unwrap();
+    let request = Request::new(route).input_tokens(100);
+    let _first = gov.try_acquire(&request).unwrap();
+    // Two waiters: admitted after 1 s and 2 s.
+    let mut waiting = [gov.acquire(&request), gov.acquire(&request)];
+    let waker = std::task::Waker::noop();
+    let mut context = std::task::Context::from_waker(waker);
+    for _ in 0..2 {
+        clock.advance(Duration::from_secs(1));
+        gov.wake_waiters();
+    }
+    for acquire in &mut waiting {
+        assert!(std::pin::Pin::new(acquire).poll(&mut context).is_ready());
+    }
+    let text = gov.prometheus();
+    assert!(text.contains("# TYPE llmgov_queue_wait_seconds histogram"), "{text}");
+    assert_eq!(value(&text, r#"llmgov_queue_wait_seconds_bucket{le="0.5",class=""}"#), 0.0);
+    assert_eq!(value(&text, r#"llmgov_queue_wait_seconds_bucket{le="1.0",class=""}"#), 1.0);
+    assert_eq!(value(&text, r#"llmgov_queue_wait_seconds_bucket{le="2.5",class=""}"#), 2.0);
+    assert_eq!(value(&text, r#"llmgov_queue_wait_seconds_count{class=""}"#), 2.0);
+    assert_eq!(value(&text, r#"llmgov_queue_wait_seconds_sum{class=""}"#), 3.0);
+    assert_eq!(value(&text, r#"llmgov_queue_borrowed_tokens_total{class=""}"#), 100.0, "the second one's");
 }

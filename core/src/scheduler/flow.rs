@@ -156,6 +156,8 @@ impl Flow {
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct ClassCounts {
     pub admitted: u64,
+    pub wait: super::metrics::WaitHistogram,
+    pub borrowed_tokens: u64,
     pub expired: u64,
     pub refused_queue_full: u64,
     pub refused_deadline: u64,

@@ -63,6 +63,11 @@ impl Meters {
         }
     }
 
+    /// Whether the flow has a guaranteed share to borrow beyond.
+    pub fn has_guarantee(&self) -> bool {
+        self.guarantee.is_some()
+    }
+
     /// `Ok` when a request of `cost` may be served in `phase` at `now`;
     /// otherwise the time it may be (`None`: never in this phase).
     pub fn eligible(&self, phase: Phase, cost: u64, now: u64) -> Result<(), Option<u64>> {

@@ -47,6 +47,47 @@ pub struct ClassMetrics {
     pub withdrawn: u64,
     /// Tenants (flows) with waiters now.
     pub tenants: usize,
+    /// How long admitted waiters waited.
+    pub wait: WaitHistogram,
+    /// Tokens admitted to flows with a guaranteed share beyond it, borrowed
+    /// from the capacity others left unused (the HTB borrowing phase).
+    pub borrowed_tokens: u64,
+}
+
+/// Upper bounds of the wait histogram's buckets, in seconds: from a
+/// millisecond (a wake-up) to ten minutes (past any class's maximum wait).
+pub const WAIT_BUCKETS_S: [f64; 14] =
+    [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0, 600.0];
+
+/// A histogram of waits: how many fell in each bucket, and their sum.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct WaitHistogram {
+    /// Waits at most `WAIT_BUCKETS_S[i]` seconds, and above that bucket's
+    /// predecessor; the last entry counts waits past every bound.
+    pub counts: [u64; WAIT_BUCKETS_S.len() + 1],
+    /// All waits together, in nanoseconds.
+    pub sum_ns: u64,
+}
+
+impl WaitHistogram {
+    /// Counts one wait of `ns` nanoseconds.
+    pub(crate) fn record(&mut self, ns: u64) {
+        let seconds = ns as f64 / 1e9;
+        let bucket = WAIT_BUCKETS_S.iter().position(|&bound| seconds <= bound).unwrap_or(WAIT_BUCKETS_S.len());
+        self.counts[bucket] += 1;
+        self.sum_ns = self.sum_ns.saturating_add(ns);
+    }
+
+    /// Waits counted.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// `(upper bound in seconds, waits in that bucket)`, the last bound
+    /// infinite.
+    pub fn buckets(&self) -> Vec<(f64, u64)> {
+        WAIT_BUCKETS_S.iter().chain([&f64::INFINITY]).copied().zip(self.counts).collect()
+    }
 }
 
 impl QueueMetrics {

@@ -89,7 +89,7 @@ use std::time::Duration;
 pub use acquire::Acquire;
 pub(crate) use acquire::Guard;
 pub use flow::WaiterId;
-pub use metrics::{ClassMetrics, QueueMetrics};
+pub use metrics::{ClassMetrics, QueueMetrics, WaitHistogram, WAIT_BUCKETS_S};
 pub use serve::Outcome;
 pub(crate) use waiting::{Entry, Waiting};
 
@@ -323,5 +323,7 @@ fn class_metrics(queue: &ClassQueue, now: u64) -> ClassMetrics {
         refused_other: queue.counts.refused_other,
         withdrawn: queue.counts.withdrawn,
         tenants: queue.flows.values().filter(|f| !f.waiters.is_empty()).count(),
+        wait: queue.counts.wait,
+        borrowed_tokens: queue.counts.borrowed_tokens,
     }
 }

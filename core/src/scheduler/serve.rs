@@ -195,10 +195,15 @@ fn visit(
         match decision {
             Ok(permit) => {
                 queue.flows.get_mut(key).expect("visited flows exist").deficit[p] -= cost;
-                meters.get_mut(key).expect("eligible made it").charge(phase, cost, pass.now);
+                let meter = meters.get_mut(key).expect("eligible made it");
+                meter.charge(phase, cost, pass.now);
                 let waited = pass.now.saturating_sub(waiter.enqueued_at);
                 queue.counts.admitted += 1;
                 queue.counts.max_wait_ns = queue.counts.max_wait_ns.max(waited);
+                queue.counts.wait.record(waited);
+                if phase == Phase::Borrowing && meter.has_guarantee() {
+                    queue.counts.borrowed_tokens = queue.counts.borrowed_tokens.saturating_add(cost);
+                }
                 pass.out.push(Outcome::Admitted { waiter: waiter.id, permit, waited });
             }
             Err(error) => {

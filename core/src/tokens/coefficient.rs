@@ -265,4 +265,9 @@ impl<R: Copy + Eq + Hash> Accuracy<R> {
             p95: self.relative_error(route, side, 0.95)?,
         })
     }
+
+    /// Every route with samples.
+    pub fn routes(&self) -> Vec<R> {
+        self.routes.pin().keys().copied().collect()
+    }
 }
