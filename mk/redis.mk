@@ -9,7 +9,7 @@
 REDIS_RUN_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))/redis-test
 WITH_REDIS := backend-redis/with-redis.sh $(REDIS_RUN_DIR)
 
-.PHONY: test-redis test-redis-python test-valkey bench-redis redis-server-installed
+.PHONY: test-redis test-redis-python test-valkey bench-redis bench-redis-python redis-server-installed
 LANGUAGE_TESTS += test-redis test-redis-python test-valkey
 
 redis-server-installed:
@@ -54,3 +54,14 @@ test-valkey: redis-server-installed python-develop $(VALKEY_VENV)/.installed
 	  && test -x "$$server" && LLMGOV_REDIS_SERVER="$$server" \
 	  backend-redis/with-redis.sh $(VALKEY_RUN_DIR) sh -c '$(CARGO) test -p llmgov-redis --all-targets \
 	  && $(PY) -m pytest -q -p no:cacheprovider bindings-python/tests/test_redis_processes.py'
+
+## The Redis backend from Python (local, leased, exact) beside redis-py
+## running a LiteLLM-style fixed window, in alternating rounds (release
+## build in the bench venv of mk/python.mk; not part of `make test`).
+## Figures in BENCHMARKS.md.
+bench-redis-python: redis-server-installed
+	test -x $(PY_BENCH_VENV)/bin/python || $(PYTHON) -m venv $(PY_BENCH_VENV)
+	$(PY_BENCH_VENV)/bin/pip install -q maturin==1.16.0 redis==8.1.0
+	cd bindings-python && CARGO_TARGET_DIR=$(PY_TARGET_DIR) VIRTUAL_ENV=$(PY_BENCH_VENV) \
+		$(PY_BENCH_VENV)/bin/maturin develop --release --quiet
+	$(WITH_REDIS) $(PY_BENCH_VENV)/bin/python backend-redis/benches/python_redis.py

@@ -197,6 +197,7 @@ def test_eight_python_processes_stay_within_the_limit_in_leased_mode() -> None:
     assert admitted >= LEASED_LIMIT // 2, f"leases serve most of the limit, got {admitted}"
     newcomer = RedisGovernor.from_toml(config(url, prefix, "leased"))
     rest = drain(newcomer, 2 * LEASED_LIMIT)
+    print(f"leased, 8 Python processes: {admitted} admitted by the workers, {rest} left for a newcomer")
     assert admitted + rest == LEASED_LIMIT, f"unused leases came back: {admitted} + {rest}"
 
 
@@ -219,6 +220,7 @@ def test_a_killed_python_process_over_admits_at_most_its_lease_and_its_share_ret
         time.sleep(0.2)
         after_ttl += drain(gov, CRASH_LIMIT)
     total = CRASH_USED + before_ttl + after_ttl
+    print(f"leased, killed holder: {CRASH_USED} by it, {before_ttl} before its lease expired, {after_ttl} after")
     assert after_ttl > 0, "the killed process's share came back"
     assert CRASH_LIMIT <= total <= CRASH_LIMIT + LEASE_CAP, f"the stated bound: limit + one lease; {total}"
 
