@@ -7,7 +7,7 @@ C_TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
 C_LIB_DIR := $(C_TARGET_DIR)/debug
 C_OUT := $(C_TARGET_DIR)/bindings-c
 C_SRC := bindings-c/tests/c
-C_TESTS := governor misuse threads acquire feedback routing events prometheus cancel
+C_TESTS := governor misuse threads acquire feedback routing events prometheus cancel cost
 C_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' bindings-c/Cargo.toml)
 C_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -pthread
 # Compiles and links through the generated pkg-config file, as a user would.
@@ -20,11 +20,11 @@ C_VALGRIND := valgrind -q --leak-check=full --error-exitcode=1 --num-callers=40 
 # test binary find it at run time.
 C_GO_ENV := CGO_ENABLED=1 CGO_LDFLAGS="-L$(C_LIB_DIR) -Wl,-rpath,$(C_LIB_DIR)"
 
-.PHONY: test-c test-go lib-c c-header c-asan c-valgrind c-static c-readme bench-c
+.PHONY: test-c test-go lib-c c-header c-asan c-valgrind c-static c-readme c-examples bench-c
 LANGUAGE_TESTS += test-c
 
 ## The C ABI's tests: header check, C tests (ASan, valgrind, static link), Go.
-test-c: c-header c-asan c-valgrind c-static c-readme test-go
+test-c: c-header c-asan c-valgrind c-static c-readme c-examples test-go
 
 ## libllmgov.so, libllmgov.a and llmgov.pc (debug).
 lib-c:
@@ -73,6 +73,13 @@ c-readme: lib-c
 		grep -q 'retry after [0-9.]*s$$' $(C_OUT)/quickstart_go.out; \
 		echo "$$readme: quick starts ran: $$(cat $(C_OUT)/quickstart.out) / $$(cat $(C_OUT)/quickstart_go.out)"; \
 	done
+
+## bindings-c/examples/profiles.c, compiled and run under ASan: the second
+## deployment takes over when the first is full.
+c-examples: lib-c
+	gcc $(C_CFLAGS) $(C_ASAN) bindings-c/examples/profiles.c $(C_LINK) -o $(C_OUT)/example_profiles
+	$(C_OUT)/example_profiles > $(C_OUT)/example_profiles.out
+	grep -q '^request 1: gpt-4o on azure/eastus$$' $(C_OUT)/example_profiles.out
 
 test-go: lib-c
 	cd bindings-c/go && $(C_GO_ENV) go vet ./... && $(C_GO_ENV) go test -race -count=1 ./...

@@ -36,8 +36,12 @@ type Routed struct {
 	Profile string
 	// Deployment is the chosen deployment's scope path.
 	Deployment string
-	// FellBack is whether it left the profile asked for.
+	// FellBack is whether it left the profile asked for through a
+	// fallback.
 	FellBack bool
+	// Degraded is whether it left the profile asked for because a cost
+	// budget passed the profile's degrade_at threshold.
+	Degraded bool
 }
 
 // Profile resolves profile name and its fallback chain for a consumer's
@@ -93,6 +97,9 @@ func (p *Profile) name(c *C.char) string {
 // refuse, it falls back along p's chain if r's class may. Otherwise it
 // returns the first profile's refusal (ErrRateLimited with the scope and
 // retry time, ErrCircuitOpen, ErrNeverFits), never switching silently.
+// Past a cost budget's degrade_at threshold it serves from the profile's
+// cheaper degrade_to profile (Degraded) if the class may leave; past
+// refuse_at it refuses on the "cost" dimension.
 // r.Route is not read: each deployment's route is used.
 func (g *Governor) TryAcquireProfile(p *Profile, r Request) (*Routed, error) {
 	h, err := g.ptr()
@@ -114,6 +121,7 @@ func (g *Governor) TryAcquireProfile(p *Profile, r Request) (*Routed, error) {
 		Profile:    p.name(routed.profile),
 		Deployment: p.name(routed.deployment),
 		FellBack:   bool(routed.fell_back),
+		Degraded:   bool(routed.degraded),
 	}
 	runtime.KeepAlive(p)
 	return out, nil

@@ -137,3 +137,46 @@ func TestProfileIsSafeForConcurrentUse(t *testing.T) {
 		t.Fatalf("want 100 on the org's keys, 80 on azure, 100 on mini: %v", counts)
 	}
 }
+
+// A tenant with a daily budget of 1.0 and a gpt-4o profile that degrades
+// to mini at 60% of it and refuses at 85%.
+const costConfig = `{
+  "pricing": {"gpt-4o": {"input": 2.5, "output": 10.0}, "mini": {"input": 0.15, "output": 0.6}},
+  "scopes": {
+    "openai/gpt-4o": {"provider": true, "pricing": "gpt-4o", "limits": [{"dimension": "requests", "amount": 10000, "window": "1m"}]},
+    "openai/mini": {"provider": true, "pricing": "mini", "limits": [{"dimension": "requests", "amount": 10000, "window": "1m"}]},
+    "tenants/*": {"limits": [{"dimension": "cost", "budget": 1.0, "window": "1d", "slots": 24}]}
+  },
+  "profiles": {
+    "gpt-4o": {"deployments": ["openai/gpt-4o"], "budget": {"degrade_at": 0.6, "degrade_to": "mini", "refuse_at": 0.85}},
+    "mini": {"deployments": ["openai/mini"]}
+  }
+}`
+
+func TestProfileDegradesPastItsBudgetThresholdThenRefuses(t *testing.T) {
+	clock := llmgov.NewManualClock(0)
+	defer clock.Close()
+	gov := must[*llmgov.Governor](t)(llmgov.FromJSON(costConfig, llmgov.WithClock(clock)))
+	defer gov.Close()
+	profile := must[*llmgov.Profile](t)(gov.Profile("gpt-4o", "tenants/acme"))
+	defer profile.Close()
+	big := llmgov.Request{InputTokens: 100_000} // 0.25 on gpt-4o, 0.015 on mini
+	for range 3 {
+		r := must[*llmgov.Routed](t)(gov.TryAcquireProfile(profile, big))
+		if r.Profile != "gpt-4o" || r.Degraded {
+			t.Fatalf("under 60%%: want gpt-4o, got %+v", r)
+		}
+	}
+	cheap := must[*llmgov.Routed](t)(gov.TryAcquireProfile(profile, big))
+	if !cheap.Degraded || cheap.FellBack || cheap.Profile != "mini" || cheap.Deployment != "openai/mini" {
+		t.Fatalf("past 60%%: want mini, degraded, got %+v", cheap)
+	}
+	for range 6 {
+		must[*llmgov.Routed](t)(gov.TryAcquireProfile(profile, big))
+	}
+	_, err := gov.TryAcquireProfile(profile, big)
+	var e *llmgov.Error
+	if !errors.As(err, &e) || e.Code != llmgov.ErrRateLimited || e.Dimension != "cost" || e.Scope != "tenants/acme" {
+		t.Fatalf("past 85%%: want a cost refusal on tenants/acme, got %v", err)
+	}
+}

@@ -693,9 +693,14 @@ typedef struct llmgov_routed {
    */
   const char *deployment;
   /**
-   * Whether it left the profile asked for.
+   * Whether it left the profile asked for through a fallback.
    */
   bool fell_back;
+  /**
+   * Whether it left the profile asked for because a cost budget passed
+   * the profile's `degrade_at` threshold (to its `degrade_to` profile).
+   */
+  bool degraded;
 } llmgov_routed;
 
 #ifdef __cplusplus
@@ -1307,7 +1312,11 @@ void llmgov_profile_free(struct llmgov_profile *profile);
  * may (`fallback_allowed`); otherwise, or at the chain's end, it returns
  * the first profile's refusal (`LLMGOV_RESULT_RATE_LIMITED` with the
  * scope, dimension and retry time; `LLMGOV_RESULT_CIRCUIT_OPEN`;
- * `LLMGOV_RESULT_NEVER_FITS`), never switching silently.
+ * `LLMGOV_RESULT_NEVER_FITS`), never switching silently. Where the profile
+ * has cost budget thresholds (`[profiles.X.budget]`), past `degrade_at`
+ * it serves from the cheaper `degrade_to` profile (`degraded` is set) if
+ * the class may leave, and past `refuse_at` it refuses on the cost
+ * dimension (`LLMGOV_DIMENSION_COST`).
  *
  * `request->route` is not read: each deployment's route is used. The
  * profile must be this governor's (else `LLMGOV_RESULT_INVALID_REQUEST`

@@ -1,6 +1,7 @@
 //! Model profiles: a profile handle resolved once for a consumer, and an
 //! acquire by profile that picks the deployment with the most headroom,
-//! fails over, and falls back where the request's class allows.
+//! fails over, falls back where the request's class allows, and degrades to
+//! a cheaper profile past a cost budget's threshold.
 
 use std::ffi::{c_char, CString};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -35,8 +36,11 @@ pub struct llmgov_routed {
     pub profile: *const c_char,
     /// The chosen deployment's scope path.
     pub deployment: *const c_char,
-    /// Whether it left the profile asked for.
+    /// Whether it left the profile asked for through a fallback.
     pub fell_back: bool,
+    /// Whether it left the profile asked for because a cost budget passed
+    /// the profile's `degrade_at` threshold (to its `degrade_to` profile).
+    pub degraded: bool,
 }
 
 /// An append-only set of names as C strings: read without a lock (a
@@ -139,7 +143,11 @@ pub unsafe extern "C" fn llmgov_profile_free(profile: *mut llmgov_profile) {
 /// may (`fallback_allowed`); otherwise, or at the chain's end, it returns
 /// the first profile's refusal (`LLMGOV_RESULT_RATE_LIMITED` with the
 /// scope, dimension and retry time; `LLMGOV_RESULT_CIRCUIT_OPEN`;
-/// `LLMGOV_RESULT_NEVER_FITS`), never switching silently.
+/// `LLMGOV_RESULT_NEVER_FITS`), never switching silently. Where the profile
+/// has cost budget thresholds (`[profiles.X.budget]`), past `degrade_at`
+/// it serves from the cheaper `degrade_to` profile (`degraded` is set) if
+/// the class may leave, and past `refuse_at` it refuses on the cost
+/// dimension (`LLMGOV_DIMENSION_COST`).
 ///
 /// `request->route` is not read: each deployment's route is used. The
 /// profile must be this governor's (else `LLMGOV_RESULT_INVALID_REQUEST`
@@ -186,6 +194,7 @@ pub unsafe extern "C" fn llmgov_governor_try_acquire_profile(
             profile: profile.names.get(&routed.profile),
             deployment: profile.names.get(&routed.deployment),
             fell_back: routed.fell_back,
+            degraded: routed.degraded,
         });
         // SAFETY: `governor` is live, from Arc::into_raw.
         out_permit.write(unsafe { hand_out(governor, routed.permit) });
