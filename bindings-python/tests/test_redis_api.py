@@ -9,7 +9,9 @@ without it; the rest need no server."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import subprocess
 import textwrap
 import time
 from pathlib import Path
@@ -227,3 +229,64 @@ def test_the_module_quick_start_runs() -> None:
     example = textwrap.dedent(doc.split("::\n", 1)[1].split("\n\nThe engine", 1)[0])
     assert "RedisGovernor.from_toml" in example
     exec(compile(example.replace("prod-eu", fresh_prefix("quick-start")), "llmgov.redis docstring", "exec"), {})
+
+
+class PrivateServer:
+    """A redis-server (or the `LLMGOV_REDIS_SERVER` binary, e.g. valkey-server)
+    of the test's own on a loopback port, without persistence."""
+
+    def __init__(self, port: int) -> None:
+        binary = shutil.which(os.environ.get("LLMGOV_REDIS_SERVER", "redis-server"))
+        if binary is None:
+            pytest.skip("no redis-server binary (make test-redis-python installs one)")
+        args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        self.process = subprocess.Popen([binary, *args], stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                return
+            except OSError:
+                assert time.monotonic() < deadline, f"{binary} did not listen on {port}"
+                time.sleep(0.02)
+
+    def kill(self) -> None:
+        self.process.kill()  # every key it held is gone
+        self.process.wait(timeout=10)
+
+
+def test_redis_stopped_mid_run_falls_back_to_the_safe_share_then_recovers() -> None:
+    url = closed_port_url()
+    port = int(url.rsplit(":", 1)[1])
+    server = PrivateServer(port)
+    try:
+        gov = RedisGovernor.from_toml(config(url, "midrun", tokens=8000, processes=8), clock="manual")
+        gov.try_acquire("p/shared", input_tokens=500, max_output_tokens=500).settle()  # 1000 of 8000 in Redis
+        assert gov.health()["degraded"] is False
+
+        server.kill()
+        fallback = [gov.try_acquire("p/shared", input_tokens=50, max_output_tokens=50) for _ in range(10)]
+        assert all(p.from_fallback for p in fallback), "the safe share: 8000 / 8 = 1000, ten of 100"
+        with pytest.raises(llmgov.RateLimited):
+            gov.try_acquire("p/shared", input_tokens=50, max_output_tokens=50)
+        degraded = gov.health()
+        assert degraded["degraded"] and degraded["fallback_admissions"] == 10
+
+        server = PrivateServer(port)  # back, with every key lost
+        gov.advance(1000)  # retry_interval: the next call probes Redis
+        back = gov.try_acquire("p/shared", input_tokens=50, max_output_tokens=50)
+        assert not back.from_fallback
+        health = gov.health()
+        assert (health["degraded"], health["recoveries"], health["state_resets"]) == (False, 1, 1)
+        # The lost state restarted at the safe share (1000), not a full bucket of 8000.
+        admitted = 1
+        while True:
+            try:
+                gov.try_acquire("p/shared", input_tokens=50, max_output_tokens=50)
+            except llmgov.RateLimited:
+                break
+            admitted += 1
+            assert admitted <= 80, "a lost state must not restart as a full bucket"
+        assert admitted == 10, admitted
+    finally:
+        server.kill()
