@@ -235,11 +235,11 @@ class PrivateServer:
     """A redis-server (or the `LLMGOV_REDIS_SERVER` binary, e.g. valkey-server)
     of the test's own on a loopback port, without persistence."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, *extra: str) -> None:
         binary = shutil.which(os.environ.get("LLMGOV_REDIS_SERVER", "redis-server"))
         if binary is None:
             pytest.skip("no redis-server binary (make test-redis-python installs one)")
-        args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", *extra]
         self.process = subprocess.Popen([binary, *args], stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:
@@ -290,3 +290,22 @@ def test_redis_stopped_mid_run_falls_back_to_the_safe_share_then_recovers() -> N
         assert admitted == 10, admitted
     finally:
         server.kill()
+
+
+def test_auth_with_requirepass_and_tls_urls_are_taken() -> None:
+    url = closed_port_url()
+    port = int(url.rsplit(":", 1)[1])
+    server = PrivateServer(port, "--requirepass", "s3cret-pw")
+    try:
+        good = RedisGovernor.from_toml(config(f"redis://:s3cret-pw@127.0.0.1:{port}", "auth"), clock="manual")
+        assert not good.try_acquire("p/shared", input_tokens=1).from_fallback
+        wrong = RedisGovernor.from_toml(config(f"redis://:wrong-pw@127.0.0.1:{port}", "auth"), clock="manual")
+        assert wrong.try_acquire("p/shared", input_tokens=1).from_fallback
+        health = wrong.health()
+        assert health["degraded"] and health["last_error"]
+        assert "wrong-pw" not in health["last_error"] and "wrong-pw" not in repr(wrong)
+    finally:
+        server.kill()
+    # The package is built with TLS: a rediss:// URL is taken (nothing listens, so the safe share answers).
+    tls = RedisGovernor.from_toml(config(closed_port_url().replace("redis://", "rediss://"), "tls"), clock="manual")
+    assert tls.try_acquire("p/shared", input_tokens=1).from_fallback
