@@ -166,6 +166,18 @@ def test_permit_lifecycle_without_redis_state_charged_and_context_manager() -> N
     assert twice.value.code == "already_reconciled"
     assert isinstance(twice.value, llmgov.Error)
 
+    # Positional counts, as the local Permit takes them.
+    positional = gov.try_acquire("p/shared", 100, 50)
+    assert positional.charged["output_tokens"] == 50
+    positional.settle(90, 12)
+    assert (positional.charged["input_tokens"], positional.charged["output_tokens"]) == (90, 12)
+    by_keyword = gov.try_acquire("p/shared", input_tokens=100, max_output_tokens=50)
+    by_keyword.settle(usage={"input_tokens": 80, "output_tokens": 5})
+    assert by_keyword.charged["input_tokens"] == 80
+    with pytest.raises(llmgov.InvalidRequest) as both:
+        gov.try_acquire("p/shared", 10).settle({"input_tokens": 1}, output_tokens=2)
+    assert both.value.field == "usage"
+
     with gov.try_acquire("p/shared", input_tokens=10) as held:
         pass
     assert held.state == "settled"

@@ -346,11 +346,11 @@ class RedisPermit:
 
     def settle(
         self,
-        usage: Any = None,
-        *,
-        input_tokens: Optional[int] = None,
+        input_tokens: Optional[Union[int, Any]] = None,
         output_tokens: Optional[int] = None,
+        *,
         cached_input_tokens: Optional[int] = None,
+        usage: Any = None,
     ) -> None: ...
     def cancel(self) -> None: ...
     @property
@@ -382,14 +382,14 @@ class RedisGovernor:
     def try_acquire(
         self,
         paths: Union[str, Sequence[str], RedisRoute],
-        *,
         input_tokens: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+        *,
         text: Optional[str] = None,
         messages: Optional[Sequence[Mapping[str, Any]]] = None,
         model: Optional[str] = None,
         tools: Optional[Sequence[Mapping[str, Any]]] = None,
         cached_input_tokens: Optional[int] = None,
-        max_output_tokens: Optional[int] = None,
         **extra: Any,
     ) -> RedisPermit: ...
     def health(self) -> Dict[str, Any]: ...

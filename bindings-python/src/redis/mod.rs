@@ -221,19 +221,19 @@ impl PyRedisGovernor {
     /// Reserves the estimate on every scope of the route, local and shared,
     /// or nothing: a `RedisPermit`, or `RateLimited` / `NeverFits`. While
     /// Redis is unreachable the shared scopes admit from the safe local share.
-    #[pyo3(signature = (paths, *, input_tokens = None, text = None, messages = None, model = None, tools = None,
-        cached_input_tokens = None, max_output_tokens = None, **extra))]
+    #[pyo3(signature = (paths, input_tokens = None, max_output_tokens = None, *, text = None, messages = None,
+        model = None, tools = None, cached_input_tokens = None, **extra))]
     #[allow(clippy::too_many_arguments)]
     fn try_acquire(
         slf: &Bound<'_, Self>,
         paths: &Bound<'_, PyAny>,
         input_tokens: Option<&Bound<'_, PyAny>>,
+        max_output_tokens: Option<&Bound<'_, PyAny>>,
         text: Option<&Bound<'_, PyAny>>,
         messages: Option<&Bound<'_, PyAny>>,
         model: Option<&Bound<'_, PyAny>>,
         tools: Option<&Bound<'_, PyAny>>,
         cached_input_tokens: Option<&Bound<'_, PyAny>>,
-        max_output_tokens: Option<&Bound<'_, PyAny>>,
         extra: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyRedisPermit> {
         no_unknown("RedisGovernor.try_acquire", extra)?;

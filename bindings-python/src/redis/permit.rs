@@ -4,6 +4,7 @@
 use llmgov::Usage;
 use llmgov_redis::SharedPermit;
 use pyo3::prelude::*;
+use pyo3::types::PyInt;
 
 use super::PyRedisGovernor;
 use crate::args::count;
@@ -49,18 +50,25 @@ impl PyRedisPermit {
 
 #[pymethods]
 impl PyRedisPermit {
-    /// Reconciles with actual usage: an SDK usage object or dict, or token
-    /// counts. A count not given keeps what was reserved for it, so
-    /// `settle()` settles as estimated.
-    #[pyo3(signature = (usage = None, *, input_tokens = None, output_tokens = None, cached_input_tokens = None))]
+    /// Reconciles with actual usage: token counts (`settle(1180, 212)` or by
+    /// keyword), or an SDK usage object or dict (`settle(usage)`, as the
+    /// first argument or `usage=`), as the local `Permit.settle` takes them.
+    /// A count not given keeps what was reserved for it, so `settle()`
+    /// settles as estimated.
+    #[pyo3(signature = (input_tokens = None, output_tokens = None, *, cached_input_tokens = None, usage = None))]
     fn settle(
         &mut self,
         py: Python<'_>,
-        usage: Option<&Bound<'_, PyAny>>,
         input_tokens: Option<&Bound<'_, PyAny>>,
         output_tokens: Option<&Bound<'_, PyAny>>,
         cached_input_tokens: Option<&Bound<'_, PyAny>>,
+        usage: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
+        // `settle(usage)`: a first argument that is not a count is a usage.
+        let (input_tokens, usage) = match (input_tokens, usage) {
+            (Some(first), None) if !first.is_none() && !first.is_instance_of::<PyInt>() => (None, Some(first)),
+            pair => pair,
+        };
         let actual = match usage.filter(|u| !u.is_none()) {
             Some(given) => {
                 if input_tokens.is_some() || output_tokens.is_some() || cached_input_tokens.is_some() {
