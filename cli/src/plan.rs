@@ -5,7 +5,9 @@ use serde::Serialize;
 
 use crate::error::CliError;
 
-/// A deployment's limits and a workload's shape. Unset limits do not bind.
+/// A deployment's limits and a workload's shape, as `llmgov plan` reads
+/// them. Unset limits do not bind. The planning is the core's
+/// ([`llmgov::plan`]); this adds the flags and the table.
 #[derive(Debug, Clone, Default, PartialEq, clap::Args)]
 pub struct PlanInput {
     /// Requests per minute.
@@ -43,110 +45,54 @@ pub struct PlanInput {
     pub utilisation: f64,
 }
 
-/// One limit's ceiling on requests per minute.
+/// The core's plan, printed as `llmgov plan`'s table (its JSON is the
+/// core's).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Ceiling {
-    /// The limit, e.g. `tpm`.
-    pub limit: &'static str,
-    /// Requests per minute it allows, at 100%.
-    pub rpm: f64,
-}
-
-/// The plan: every ceiling, the binding one, and the sustainable rate.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Plan {
-    /// Each set limit's ceiling, for average-sized requests.
-    pub ceilings: Vec<Ceiling>,
-    /// The lowest ceiling.
-    pub binding: &'static str,
-    /// Sustainable requests per minute: the lowest ceiling × utilisation.
-    pub sustainable_rpm: f64,
-    /// The same while reservations hold p95 sizes (as llmgov's do until
-    /// they are settled), if p95s were given.
-    pub sustainable_rpm_reserving_p95: Option<f64>,
-}
+#[serde(transparent)]
+pub struct Plan(pub llmgov::Plan);
 
 impl PlanInput {
-    fn check(&self) -> Result<(), CliError> {
-        let positive = [
-            ("avg-input", Some(self.avg_input)),
-            ("avg-output", Some(self.avg_output)),
-            ("latency", Some(self.latency)),
-        ];
-        for (name, value) in positive.into_iter().chain([
-            ("rpm", self.rpm),
-            ("tpm", self.tpm),
-            ("input-tpm", self.input_tpm),
-            ("output-tpm", self.output_tpm),
-            ("concurrency", self.concurrency),
-            ("p95-input", self.p95_input),
-            ("p95-output", self.p95_output),
-        ]) {
-            if let Some(v) = value {
-                if !(v.is_finite() && v >= 0.0) || (v == 0.0 && name != "avg-input" && name != "avg-output") {
-                    return Err(CliError::field(format!("--{name}"), v, "must be a positive number"));
-                }
-            }
+    /// The core's input.
+    fn core(&self) -> llmgov::PlanInput {
+        llmgov::PlanInput {
+            rpm: self.rpm,
+            tpm: self.tpm,
+            input_tpm: self.input_tpm,
+            output_tpm: self.output_tpm,
+            concurrency: self.concurrency,
+            avg_input: self.avg_input,
+            p95_input: self.p95_input,
+            avg_output: self.avg_output,
+            p95_output: self.p95_output,
+            latency: self.latency,
+            utilisation: self.utilisation,
         }
-        if !(self.utilisation > 0.0 && self.utilisation <= 1.0) {
-            return Err(CliError::field("--utilisation", self.utilisation, "must be in (0, 1]"));
-        }
-        if [self.rpm, self.tpm, self.input_tpm, self.output_tpm, self.concurrency].iter().all(Option::is_none) {
-            return Err(CliError::field(
-                "--rpm/--tpm/--input-tpm/--output-tpm/--concurrency",
-                "none",
-                "give at least one limit",
-            ));
-        }
-        Ok(())
     }
 
-    fn ceilings(&self, input: f64, output: f64) -> Vec<Ceiling> {
-        let per = |limit: Option<f64>, per_request: f64| {
-            limit.map(|l| if per_request > 0.0 { l / per_request } else { f64::INFINITY })
-        };
-        [
-            ("rpm", self.rpm),
-            ("tpm", per(self.tpm, input + output)),
-            ("input_tpm", per(self.input_tpm, input)),
-            ("output_tpm", per(self.output_tpm, output)),
-            ("concurrency", self.concurrency.map(|c| c * 60.0 / self.latency)),
-        ]
-        .into_iter()
-        .filter_map(|(limit, rpm)| rpm.map(|rpm| Ceiling { limit, rpm }))
-        .collect()
-    }
-
-    /// Works out the plan.
+    /// Works out the plan; an error names the flag at fault.
     pub fn plan(&self) -> Result<Plan, CliError> {
-        self.check()?;
-        let ceilings = self.ceilings(self.avg_input, self.avg_output);
-        let lowest =
-            |c: &[Ceiling]| c.iter().min_by(|a, b| a.rpm.total_cmp(&b.rpm)).cloned().expect("at least one limit");
-        let binding = lowest(&ceilings);
-        let reserving = (self.p95_input.is_some() || self.p95_output.is_some()).then(|| {
-            let input = self.p95_input.unwrap_or(self.avg_input);
-            let output = self.p95_output.unwrap_or(self.avg_output);
-            lowest(&self.ceilings(input, output)).rpm * self.utilisation
-        });
-        Ok(Plan {
-            binding: binding.limit,
-            sustainable_rpm: binding.rpm * self.utilisation,
-            sustainable_rpm_reserving_p95: reserving,
-            ceilings,
+        self.core().plan().map(Plan).map_err(|error| match error {
+            llmgov::Error::InvalidRequest { field, value, reason } => CliError::field(flags(field), value, reason),
+            other => CliError::Core(other),
         })
     }
 }
 
+/// The flags of a core field name, e.g. `input_tpm` → `--input-tpm`.
+fn flags(field: &str) -> String {
+    field.split('/').map(|name| format!("--{}", name.replace('_', "-"))).collect::<Vec<_>>().join("/")
+}
+
 impl std::fmt::Display for Plan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Plan(plan) = self;
         writeln!(f, "{:<12} {:>14}", "limit", "requests/min")?;
-        for c in &self.ceilings {
-            let mark = if c.limit == self.binding { "  <- binds" } else { "" };
+        for c in &plan.ceilings {
+            let mark = if c.limit == plan.binding { "  <- binds" } else { "" };
             writeln!(f, "{:<12} {:>14.1}{mark}", c.limit, c.rpm)?;
         }
-        writeln!(f, "sustainable: {:.1} requests/min ({} binds)", self.sustainable_rpm, self.binding)?;
-        if let Some(rpm) = self.sustainable_rpm_reserving_p95 {
+        writeln!(f, "sustainable: {:.1} requests/min ({} binds)", plan.sustainable_rpm, plan.binding)?;
+        if let Some(rpm) = plan.sustainable_rpm_reserving_p95 {
             writeln!(f, "while reservations hold p95 sizes: {rpm:.1} requests/min")?;
         }
         Ok(())
@@ -170,32 +116,20 @@ mod tests {
     }
 
     #[test]
-    fn the_seed_batch_case_is_token_bound_at_50_a_minute() {
-        let plan = seed_batch().plan().unwrap();
-        assert_eq!(plan.binding, "tpm");
-        assert!((plan.sustainable_rpm - 50.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn concurrency_binds_long_requests() {
-        let input = PlanInput { concurrency: Some(10.0), latency: 30.0, ..seed_batch() };
-        let plan = input.plan().unwrap();
-        assert_eq!((plan.binding, plan.sustainable_rpm), ("concurrency", 20.0));
-    }
-
-    #[test]
-    fn p95_reservations_lower_the_rate_and_utilisation_scales_it() {
-        let input = PlanInput { p95_output: Some(1500.0), utilisation: 0.9, ..seed_batch() };
-        let plan = input.plan().unwrap();
-        assert!((plan.sustainable_rpm - 45.0).abs() < 1e-9);
-        assert!((plan.sustainable_rpm_reserving_p95.unwrap() - 30.0).abs() < 1e-9);
+    fn the_table_marks_the_binding_limit() {
+        let table = seed_batch().plan().unwrap().to_string();
+        let tpm = table.lines().find(|line| line.starts_with("tpm ")).expect("a tpm row");
+        assert!(tpm.ends_with("50.0  <- binds"), "{table}");
+        assert!(table.contains("sustainable: 50.0 requests/min (tpm binds)"), "{table}");
     }
 
     #[test]
     fn bad_input_names_the_flag() {
         let err = PlanInput { rpm: Some(-1.0), ..seed_batch() }.plan().unwrap_err().to_string();
         assert!(err.contains("--rpm") && err.contains("-1"), "{err}");
+        let err = PlanInput { input_tpm: Some(0.0), ..seed_batch() }.plan().unwrap_err().to_string();
+        assert!(err.contains("--input-tpm"), "{err}");
         let err = PlanInput { rpm: None, tpm: None, ..seed_batch() }.plan().unwrap_err().to_string();
-        assert!(err.contains("at least one limit"), "{err}");
+        assert!(err.contains("at least one limit") && err.contains("--rpm/--tpm/--input-tpm"), "{err}");
     }
 }
