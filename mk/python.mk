@@ -51,10 +51,15 @@ python-wheel: python-develop
 		$(CURDIR)/bindings-python/tests/test_scenarios.py
 
 ## Python benchmarks (release build, peers installed in their own venv; not
-## part of `make test`). Figures in BENCHMARKS.md.
+## part of `make test`). Figures in BENCHMARKS.md. The release wheel is
+## installed (not `maturin develop`, whose editable module in
+## bindings-python/python/ the next debug `make test-python` replaces).
 bench-python:
 	test -x $(PY_BENCH_VENV)/bin/python || $(PYTHON) -m venv $(PY_BENCH_VENV)
 	$(PY_BENCH_VENV)/bin/pip install -q -r bindings-python/requirements-bench.txt
-	cd bindings-python && CARGO_TARGET_DIR=$(PY_TARGET_DIR) VIRTUAL_ENV=$(PY_BENCH_VENV) \
-		$(PY_BENCH_VENV)/bin/maturin develop --release --quiet
-	$(PY_BENCH_VENV)/bin/python bindings-python/benches/bench.py
+	rm -rf $(PY_TARGET_DIR)/python-bench-wheels
+	cd bindings-python && CARGO_TARGET_DIR=$(PY_TARGET_DIR) \
+		$(PY_BENCH_VENV)/bin/maturin build --release --quiet -i $(PY_BENCH_VENV)/bin/python \
+		-o $(PY_TARGET_DIR)/python-bench-wheels
+	$(PY_BENCH_VENV)/bin/pip install -q --force-reinstall --no-deps $(PY_TARGET_DIR)/python-bench-wheels/llmgov-*.whl
+	cd $(PY_TARGET_DIR) && $(PY_BENCH_VENV)/bin/python $(CURDIR)/bindings-python/benches/bench.py

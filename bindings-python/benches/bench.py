@@ -21,6 +21,7 @@ import statistics
 import sys
 import time
 from collections import deque
+from importlib import metadata
 from typing import Callable, Dict, List, Tuple
 
 import llmgov
@@ -46,7 +47,10 @@ def timed(run: Callable[[int], None], n: int) -> float:
 # --- 1. the round trip ------------------------------------------------------
 
 
-def llmgov_round_trip(route_by: str) -> Callable[[int], None]:
+def llmgov_round_trip(style: str) -> Callable[[int], None]:
+    """`style`: "positional" (`try_acquire(route, 1000, 200)` then
+    `settle(1000, 150)`), "keywords" (the same by keyword, on the Route) or
+    "path" (by keyword, naming the path string instead of a Route)."""
     gov = llmgov.Governor.from_dict(
         {
             "scopes": {
@@ -59,15 +63,21 @@ def llmgov_round_trip(route_by: str) -> Callable[[int], None]:
             }
         }
     )
-    paths = gov.route("openai/org/gpt-4o") if route_by == "route" else "openai/org/gpt-4o"
+    paths = "openai/org/gpt-4o" if style == "path" else gov.route("openai/org/gpt-4o")
 
-    def run(n: int) -> None:
+    def positional(n: int) -> None:
+        acquire = gov.try_acquire
+        for _ in range(n):
+            permit = acquire(paths, 1000, 200)
+            permit.settle(1000, 150)
+
+    def keywords(n: int) -> None:
         acquire = gov.try_acquire
         for _ in range(n):
             permit = acquire(paths, input_tokens=1000, max_output_tokens=200)
             permit.settle(input_tokens=1000, output_tokens=150)
 
-    return run
+    return positional if style == "positional" else keywords
 
 
 class SeedLimiter:
@@ -208,12 +218,14 @@ def counting_rows() -> List[Tuple[str, float, float, int, int]]:
 
 def main() -> None:
     print(f"llmgov {llmgov.__version__}, Python {platform.python_version()}, {platform.machine()}")
+    print(f"load average at start: {os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} CPUs")
     print()
     print("| round trip (reserve + reconcile, RPM + TPM) | ns/op | × llmgov |")
     print("|---|---:|---:|")
     peers = [
-        ("llmgov try_acquire + settle (Route)", llmgov_round_trip("route")),
-        ("llmgov try_acquire + settle (path str)", llmgov_round_trip("path")),
+        ("llmgov try_acquire + settle (Route, positional)", llmgov_round_trip("positional")),
+        ("llmgov try_acquire + settle (Route, keywords)", llmgov_round_trip("keywords")),
+        ("llmgov try_acquire + settle (path str, keywords)", llmgov_round_trip("path")),
         ("seed article deque limiter (pure Python)", seed_round_trip()),
         ("limits SlidingWindowCounter hit × 2", limits_round_trip()),
         ("pyrate-limiter try_acquire × 2", pyrate_round_trip()),
@@ -230,6 +242,10 @@ def main() -> None:
     print("|---|---:|---:|---:|---|")
     for name, ours, theirs, n_ours, n_theirs in counting_rows():
         print(f"| {name} | {ours / 1000:,.2f} | {theirs / 1000:,.2f} | {theirs / ours:.2f} | {n_ours} / {n_theirs} |")
+    print()
+    print(f"load average at end: {os.getloadavg()[0]:.1f} (1 min)")
+    versions = ", ".join(f"{p} {metadata.version(p)}" for p in ("aiolimiter", "limits", "pyrate-limiter", "tiktoken"))
+    print(f"peers: {versions}")
 
 
 if __name__ == "__main__":

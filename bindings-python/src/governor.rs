@@ -6,11 +6,14 @@ use std::time::Duration;
 use llmgov::{Config, Governor, ManualClock, MonotonicClock, Request, Route, MAX_TOKENS};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::{PyTraverseError, PyVisit};
 
 use crate::args::{self, count, no_unknown, type_name};
 use crate::convert::to_python;
 use crate::errors::{self, invalid, IntoPyResult};
+use crate::events::Hook;
 use crate::permit::PyPermit;
+use crate::routing::{self, PyProfile};
 use crate::tokens;
 use crate::waiting::{self, Reservation};
 
@@ -49,6 +52,10 @@ pub struct PyGovernor {
     /// Routes by the `paths` object that named them (a str or a tuple of
     /// str): the hot path looks a route up in a dict and passes numbers.
     routes: Py<PyDict>,
+    /// Resolved profiles by `(name, paths)`.
+    pub(crate) profiles: Py<PyDict>,
+    /// The Python event hook, if one was set.
+    hook: Arc<Hook>,
 }
 
 /// What a request asks for, from `try_acquire`'s keyword arguments.
@@ -64,6 +71,24 @@ pub struct RequestArgs<'a, 'py> {
     pub klass: Option<&'a Bound<'py, PyAny>>,
 }
 
+impl RequestArgs<'_, '_> {
+    /// Whether only `input_tokens` and `max_output_tokens` may be given.
+    fn only_token_counts(&self) -> bool {
+        let absent = |v: Option<&Bound<'_, PyAny>>| v.is_none_or(|v| v.is_none());
+        [
+            self.text,
+            self.messages,
+            self.model,
+            self.tools,
+            self.cached_input_tokens,
+            self.expected_output_tokens,
+            self.klass,
+        ]
+        .into_iter()
+        .all(absent)
+    }
+}
+
 impl PyGovernor {
     fn build(py: Python<'_>, config: Config, clock: &str) -> PyResult<Self> {
         let (gov, manual) = match clock {
@@ -76,7 +101,8 @@ impl PyGovernor {
                 return Err(errors::config(py, "clock", other, "must be \"monotonic\" or \"manual\"".to_owned()));
             }
         };
-        Ok(PyGovernor { gov, manual, routes: PyDict::new(py).unbind() })
+        let (routes, profiles) = (PyDict::new(py).unbind(), PyDict::new(py).unbind());
+        Ok(PyGovernor { gov, manual, routes, profiles, hook: Arc::default() })
     }
 
     /// The route `paths` names: a `Route`, a path, or a list or tuple of paths.
@@ -101,21 +127,37 @@ impl PyGovernor {
 
     /// Builds the core request from the arguments.
     pub fn request(&self, py: Python<'_>, route: Route, a: &RequestArgs<'_, '_>) -> PyResult<Request> {
-        let mut request = Request::new(route);
+        if a.only_token_counts() {
+            // The hot path, `try_acquire(route, 1000, 200)`: two counts.
+            return self.plain_request(route, a.input_tokens, a.max_output_tokens);
+        }
+        let mut request = self.plain_request(route, None, a.max_output_tokens)?;
         request.input_tokens = self.input_tokens(py, a)?;
         if let Some(n) = count("cached_input_tokens", a.cached_input_tokens)? {
             request.cached_input_tokens = n;
         }
-        if let Some(n) = count("max_output_tokens", a.max_output_tokens)? {
-            request.max_output_tokens = n;
-            if n > MAX_TOKENS {
-                let value = a.max_output_tokens.expect("given");
-                return Err(invalid("max_output_tokens", value, format!("more than {MAX_TOKENS} tokens")));
-            }
-        }
         request.expected_output_tokens = count("expected_output_tokens", a.expected_output_tokens)?;
         if let Some(klass) = args::string("klass", a.klass)? {
             request.class = self.gov.class(&klass);
+        }
+        Ok(request)
+    }
+
+    /// A request of `input_tokens` and `max_output_tokens` alone.
+    fn plain_request(
+        &self,
+        route: Route,
+        input_tokens: Option<&Bound<'_, PyAny>>,
+        max_output_tokens: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Request> {
+        let mut request = Request::new(route);
+        request.input_tokens = count("input_tokens", input_tokens)?.unwrap_or(0);
+        if let Some(n) = count("max_output_tokens", max_output_tokens)? {
+            if n > MAX_TOKENS {
+                let value = max_output_tokens.expect("given");
+                return Err(invalid("max_output_tokens", value, format!("more than {MAX_TOKENS} tokens")));
+            }
+            request.max_output_tokens = n;
         }
         Ok(request)
     }
@@ -143,7 +185,7 @@ impl PyGovernor {
 }
 
 /// The path strings of a `paths` argument.
-fn path_list(paths: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+pub(crate) fn path_list(paths: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     if let Ok(path) = paths.cast::<PyString>() {
         return Ok(vec![path.to_cow()?.into_owned()]);
     }
@@ -249,19 +291,19 @@ impl PyGovernor {
 
     /// Reserves every limit on the route now, or nothing: a `Permit`, or
     /// `RateLimited` / `NeverFits`.
-    #[pyo3(signature = (paths, *, input_tokens = None, text = None, messages = None, model = None, tools = None,
-        cached_input_tokens = None, max_output_tokens = None, expected_output_tokens = None, klass = None, **extra))]
+    #[pyo3(signature = (paths, input_tokens = None, max_output_tokens = None, *, text = None, messages = None, model = None,
+        tools = None, cached_input_tokens = None, expected_output_tokens = None, klass = None, **extra))]
     #[allow(clippy::too_many_arguments)]
     fn try_acquire(
         slf: &Bound<'_, Self>,
         paths: &Bound<'_, PyAny>,
         input_tokens: Option<&Bound<'_, PyAny>>,
+        max_output_tokens: Option<&Bound<'_, PyAny>>,
         text: Option<&Bound<'_, PyAny>>,
         messages: Option<&Bound<'_, PyAny>>,
         model: Option<&Bound<'_, PyAny>>,
         tools: Option<&Bound<'_, PyAny>>,
         cached_input_tokens: Option<&Bound<'_, PyAny>>,
-        max_output_tokens: Option<&Bound<'_, PyAny>>,
         expected_output_tokens: Option<&Bound<'_, PyAny>>,
         klass: Option<&Bound<'_, PyAny>>,
         extra: Option<&Bound<'_, PyDict>>,
@@ -290,19 +332,19 @@ impl PyGovernor {
     /// `DeadlineExceeded`, `QueueFull` or `NeverFits`. Cancelling the task
     /// leaves the queue. `deadline_ms` caps the wait (the class's maximum
     /// wait caps it too); `priority` orders a tenant's waiting requests.
-    #[pyo3(signature = (paths, *, input_tokens = None, text = None, messages = None, model = None, tools = None,
-        cached_input_tokens = None, max_output_tokens = None, expected_output_tokens = None, klass = None, priority = None, deadline_ms = None, **extra))]
+    #[pyo3(signature = (paths, input_tokens = None, max_output_tokens = None, *, text = None, messages = None, model = None,
+        tools = None, cached_input_tokens = None, expected_output_tokens = None, klass = None, priority = None, deadline_ms = None, **extra))]
     #[allow(clippy::too_many_arguments)]
     fn acquire<'py>(
         slf: &Bound<'py, Self>,
         paths: &Bound<'py, PyAny>,
         input_tokens: Option<&Bound<'py, PyAny>>,
+        max_output_tokens: Option<&Bound<'py, PyAny>>,
         text: Option<&Bound<'py, PyAny>>,
         messages: Option<&Bound<'py, PyAny>>,
         model: Option<&Bound<'py, PyAny>>,
         tools: Option<&Bound<'py, PyAny>>,
         cached_input_tokens: Option<&Bound<'py, PyAny>>,
-        max_output_tokens: Option<&Bound<'py, PyAny>>,
         expected_output_tokens: Option<&Bound<'py, PyAny>>,
         klass: Option<&Bound<'py, PyAny>>,
         priority: Option<&Bound<'py, PyAny>>,
@@ -326,19 +368,19 @@ impl PyGovernor {
 
     /// Waits as `acquire` does, blocking the calling thread (the GIL
     /// released) for at most `timeout` seconds.
-    #[pyo3(signature = (paths, *, input_tokens = None, text = None, messages = None, model = None, tools = None,
-        cached_input_tokens = None, max_output_tokens = None, expected_output_tokens = None, klass = None, priority = None, deadline_ms = None, timeout = None, **extra))]
+    #[pyo3(signature = (paths, input_tokens = None, max_output_tokens = None, *, text = None, messages = None, model = None,
+        tools = None, cached_input_tokens = None, expected_output_tokens = None, klass = None, priority = None, deadline_ms = None, timeout = None, **extra))]
     #[allow(clippy::too_many_arguments)]
     fn acquire_blocking(
         slf: &Bound<'_, Self>,
         paths: &Bound<'_, PyAny>,
         input_tokens: Option<&Bound<'_, PyAny>>,
+        max_output_tokens: Option<&Bound<'_, PyAny>>,
         text: Option<&Bound<'_, PyAny>>,
         messages: Option<&Bound<'_, PyAny>>,
         model: Option<&Bound<'_, PyAny>>,
         tools: Option<&Bound<'_, PyAny>>,
         cached_input_tokens: Option<&Bound<'_, PyAny>>,
-        max_output_tokens: Option<&Bound<'_, PyAny>>,
         expected_output_tokens: Option<&Bound<'_, PyAny>>,
         klass: Option<&Bound<'_, PyAny>>,
         priority: Option<&Bound<'_, PyAny>>,
@@ -365,19 +407,19 @@ impl PyGovernor {
     /// the thread for at most `timeout` seconds; `async with` awaits),
     /// cancels it if the block raises, and settles it as estimated if the
     /// block left it pending.
-    #[pyo3(signature = (paths, *, input_tokens = None, text = None, messages = None, model = None, tools = None,
-        cached_input_tokens = None, max_output_tokens = None, expected_output_tokens = None, klass = None, priority = None, deadline_ms = None, timeout = None, **extra))]
+    #[pyo3(signature = (paths, input_tokens = None, max_output_tokens = None, *, text = None, messages = None, model = None,
+        tools = None, cached_input_tokens = None, expected_output_tokens = None, klass = None, priority = None, deadline_ms = None, timeout = None, **extra))]
     #[allow(clippy::too_many_arguments)]
     fn reserve(
         slf: &Bound<'_, Self>,
         paths: &Bound<'_, PyAny>,
         input_tokens: Option<&Bound<'_, PyAny>>,
+        max_output_tokens: Option<&Bound<'_, PyAny>>,
         text: Option<&Bound<'_, PyAny>>,
         messages: Option<&Bound<'_, PyAny>>,
         model: Option<&Bound<'_, PyAny>>,
         tools: Option<&Bound<'_, PyAny>>,
         cached_input_tokens: Option<&Bound<'_, PyAny>>,
-        max_output_tokens: Option<&Bound<'_, PyAny>>,
         expected_output_tokens: Option<&Bound<'_, PyAny>>,
         klass: Option<&Bound<'_, PyAny>>,
         priority: Option<&Bound<'_, PyAny>>,
@@ -398,6 +440,86 @@ impl PyGovernor {
         };
         let request = waiting::request_of(slf, paths, &request_args, priority, deadline_ms, "reserve", extra)?;
         Ok(Reservation::new(slf.clone().unbind(), request, waiting::timeout(timeout)?))
+    }
+
+    /// Resolves model profile `name` and its fallback chain for a
+    /// consumer's `paths` (e.g. `"tenants/acme"`; none by default) into a
+    /// `Profile` (cached; passing the name again finds the same one).
+    #[pyo3(signature = (name, paths = None))]
+    fn profile(
+        slf: &Bound<'_, Self>,
+        name: &Bound<'_, PyAny>,
+        paths: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyProfile>> {
+        routing::resolve(slf, name, paths)
+    }
+
+    /// Reserves on the deployment of `profile` (a name or a `Profile`) with
+    /// the most normalized headroom, skipping open breakers, failing over
+    /// when one refuses and falling back along the chain where the class
+    /// (`klass`) may. The `Permit` says where it went (`profile`,
+    /// `deployment`, `fell_back`, `degraded`); a refusal is the mapped
+    /// exception of the first profile's roomiest deployment.
+    #[pyo3(signature = (profile, input_tokens = None, max_output_tokens = None, *, paths = None, text = None,
+        messages = None, model = None, tools = None, cached_input_tokens = None, expected_output_tokens = None,
+        klass = None, **extra))]
+    #[allow(clippy::too_many_arguments)]
+    fn try_acquire_profile(
+        slf: &Bound<'_, Self>,
+        profile: &Bound<'_, PyAny>,
+        input_tokens: Option<&Bound<'_, PyAny>>,
+        max_output_tokens: Option<&Bound<'_, PyAny>>,
+        paths: Option<&Bound<'_, PyAny>>,
+        text: Option<&Bound<'_, PyAny>>,
+        messages: Option<&Bound<'_, PyAny>>,
+        model: Option<&Bound<'_, PyAny>>,
+        tools: Option<&Bound<'_, PyAny>>,
+        cached_input_tokens: Option<&Bound<'_, PyAny>>,
+        expected_output_tokens: Option<&Bound<'_, PyAny>>,
+        klass: Option<&Bound<'_, PyAny>>,
+        extra: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PyPermit> {
+        no_unknown("try_acquire_profile", extra)?;
+        let profile = routing::resolve(slf, profile, paths)?;
+        let request_args = RequestArgs {
+            input_tokens,
+            text,
+            messages,
+            model,
+            tools,
+            cached_input_tokens,
+            max_output_tokens,
+            expected_output_tokens,
+            klass,
+        };
+        routing::try_acquire(slf, profile.get(), &request_args)
+    }
+
+    /// Sets the callable told of every event, as a dict with an `event` key:
+    /// `denied` (`code`, `scope`, `dimension`, `retry_after_ms`, `class`),
+    /// `provider_rejected` (`scopes`, `kind`, `dimension`,
+    /// `retry_after_ms`) and `breaker_changed` (`scope`, `state`). It may be
+    /// called from any thread; what it raises goes to
+    /// `sys.unraisablehook`, never to the governor's caller. Setting another
+    /// replaces it; None removes it.
+    fn set_event_hook(&self, hook: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.hook.set(&self.gov, hook)
+    }
+
+    /// Every limit, counter, breaker and queue now, in the Prometheus text
+    /// exposition format, for an application's `/metrics` endpoint.
+    fn prometheus(&self) -> String {
+        self.gov.prometheus()
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.routes)?;
+        visit.call(&self.profiles)?;
+        self.hook.traverse(&visit)
+    }
+
+    fn __clear__(&self) {
+        self.hook.clear();
     }
 
     /// The waiting queues: per class, depth, oldest wait, admitted, expired

@@ -5,10 +5,13 @@
 mod args;
 mod convert;
 mod errors;
+mod events;
 mod feedback;
 mod governor;
 mod permit;
+mod plan;
 mod redis;
+mod routing;
 mod tokens;
 mod usage;
 mod waiting;
@@ -20,6 +23,7 @@ fn _llmgov(module: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(module)?;
     module.add_class::<governor::PyGovernor>()?;
     module.add_class::<governor::PyRoute>()?;
+    module.add_class::<routing::PyProfile>()?;
     module.add_class::<permit::PyPermit>()?;
     module.add_class::<permit::Ready>()?;
     module.add_class::<waiting::Reservation>()?;
@@ -31,6 +35,7 @@ fn _llmgov(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(tokens::count_tokens, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::count_chat_tokens, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::estimate_tokens, module)?)?;
+    module.add_function(wrap_pyfunction!(plan::plan_capacity, module)?)?;
     module.add_function(wrap_pyfunction!(waiting::settle_runtime_threads, module)?)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -1,6 +1,8 @@
 //! `llmgov.Permit`: a granted reservation, reconciled once.
 
-use llmgov::{Permit, PermitState, Usage};
+use std::sync::Arc;
+
+use llmgov::{Permit, PermitState, Routed, Usage};
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
 use pyo3::types::PyInt;
@@ -19,11 +21,28 @@ use crate::usage;
 pub struct PyPermit {
     permit: Permit,
     gov: Py<PyGovernor>,
+    /// Where a request admitted through a profile went.
+    choice: Option<Box<Choice>>,
+}
+
+/// The profile and deployment a routed request was admitted on.
+struct Choice {
+    profile: Arc<str>,
+    deployment: Arc<str>,
+    fell_back: bool,
+    degraded: bool,
 }
 
 impl PyPermit {
     pub fn new(permit: Permit, gov: Py<PyGovernor>) -> Self {
-        PyPermit { permit, gov }
+        PyPermit { permit, gov, choice: None }
+    }
+
+    /// A permit admitted through a profile, with where it went.
+    pub fn routed(routed: Routed, gov: Py<PyGovernor>) -> Self {
+        let Routed { permit, profile, deployment, fell_back, degraded, .. } = routed;
+        let choice = Choice { profile, deployment, fell_back, degraded };
+        PyPermit { permit, gov, choice: Some(Box::new(choice)) }
     }
 
     fn settle_usage(&mut self, py: Python<'_>, usage: Usage) -> PyResult<()> {
@@ -48,19 +67,25 @@ impl PyPermit {
 
 #[pymethods]
 impl PyPermit {
-    /// Reconciles with actual usage: an SDK usage object or dict, or token
-    /// counts. A count not given keeps what was reserved for it, so
-    /// `settle(output_tokens=n)` keeps the input estimate and `settle()`
-    /// settles as estimated.
-    #[pyo3(signature = (usage = None, *, input_tokens = None, output_tokens = None, cached_input_tokens = None))]
+    /// Reconciles with actual usage: token counts (`settle(1180, 212)` or by
+    /// keyword), or an SDK usage object or dict (`settle(usage)`, as the
+    /// first argument or `usage=`). A count not given keeps what was
+    /// reserved for it, so `settle(output_tokens=n)` keeps the input
+    /// estimate and `settle()` settles as estimated.
+    #[pyo3(signature = (input_tokens = None, output_tokens = None, *, cached_input_tokens = None, usage = None))]
     fn settle(
         &mut self,
         py: Python<'_>,
-        usage: Option<&Bound<'_, PyAny>>,
         input_tokens: Option<&Bound<'_, PyAny>>,
         output_tokens: Option<&Bound<'_, PyAny>>,
         cached_input_tokens: Option<&Bound<'_, PyAny>>,
+        usage: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
+        // `settle(usage)`: a first argument that is not a count is a usage.
+        let (input_tokens, usage) = match (input_tokens, usage) {
+            (Some(first), None) if !first.is_none() && !first.is_instance_of::<PyInt>() => (None, Some(first)),
+            pair => pair,
+        };
         let actual = match usage.filter(|u| !u.is_none()) {
             Some(given) => {
                 if input_tokens.is_some() || output_tokens.is_some() || cached_input_tokens.is_some() {
@@ -135,6 +160,34 @@ impl PyPermit {
     #[getter]
     fn charged<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         to_python(py, &self.permit.charged())
+    }
+
+    /// The profile that admitted it (a fallback's or a cheaper one's, if
+    /// it left the one asked for); None unless acquired by profile.
+    #[getter]
+    fn profile(&self) -> Option<&str> {
+        self.choice.as_ref().map(|c| &*c.profile)
+    }
+
+    /// The deployment's scope path chosen by `try_acquire_profile`; None
+    /// unless acquired by profile.
+    #[getter]
+    fn deployment(&self) -> Option<&str> {
+        self.choice.as_ref().map(|c| &*c.deployment)
+    }
+
+    /// Whether a profile acquire left the profile asked for along its
+    /// fallback chain.
+    #[getter]
+    fn fell_back(&self) -> bool {
+        self.choice.as_ref().is_some_and(|c| c.fell_back)
+    }
+
+    /// Whether a profile acquire went to a cheaper profile because a cost
+    /// budget passed the profile's `degrade_at` threshold.
+    #[getter]
+    fn degraded(&self) -> bool {
+        self.choice.as_ref().is_some_and(|c| c.degraded)
     }
 
     /// When it expires unreconciled, on the governor's clock (ms).

@@ -28,6 +28,7 @@ import atexit
 from ._llmgov import (
     Governor,
     Permit,
+    Profile,
     Reservation,
     RetryPolicy,
     Route,
@@ -36,6 +37,7 @@ from ._llmgov import (
     count_chat_tokens,
     count_tokens,
     estimate_tokens,
+    plan_capacity,
     settle_runtime_threads,
 )
 from .errors import (
@@ -68,6 +70,7 @@ __all__ = [
     "Permit",
     "PermitExpired",
     "PermitFinished",
+    "Profile",
     "QueueFull",
     "RateLimited",
     "Reservation",
@@ -80,6 +83,7 @@ __all__ = [
     "count_chat_tokens",
     "count_tokens",
     "estimate_tokens",
+    "plan_capacity",
 ]
 
 # The async runtime's threads finish their last hand-off before exit.

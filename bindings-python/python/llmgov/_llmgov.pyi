@@ -2,7 +2,7 @@
 
 import os
 from types import TracebackType
-from typing import Any, Awaitable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, final
+from typing import Any, Awaitable, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, final
 
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "Permit",
     "PermitExpired",
     "PermitFinished",
+    "Profile",
     "QueueFull",
     "RateLimited",
     "Ready",
@@ -34,6 +35,7 @@ __all__ = [
     "count_chat_tokens",
     "count_tokens",
     "estimate_tokens",
+    "plan_capacity",
     "settle_runtime_threads",
 ]
 
@@ -142,16 +144,25 @@ class Route:
     def paths(self) -> List[str]: ...
 
 @final
+class Profile:
+    """A model profile and its fallback chain, resolved for a consumer's paths."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def paths(self) -> List[str]: ...
+
+@final
 class Permit:
     """A granted reservation, reconciled once."""
 
     def settle(
         self,
-        usage: Any = None,
-        *,
-        input_tokens: Optional[int] = None,
+        input_tokens: Optional[Union[int, Any]] = None,
         output_tokens: Optional[int] = None,
+        *,
         cached_input_tokens: Optional[int] = None,
+        usage: Any = None,
     ) -> None: ...
     def cancel(self) -> None: ...
     def add_output(self, tokens: int) -> None: ...
@@ -160,6 +171,14 @@ class Permit:
     def state(self) -> Literal["pending", "settled", "cancelled", "expired"]: ...
     @property
     def charged(self) -> Dict[str, int]: ...
+    @property
+    def profile(self) -> Optional[str]: ...
+    @property
+    def deployment(self) -> Optional[str]: ...
+    @property
+    def fell_back(self) -> bool: ...
+    @property
+    def degraded(self) -> bool: ...
     @property
     def expires_at_ms(self) -> float: ...
     def __enter__(self) -> "Permit": ...
@@ -204,14 +223,14 @@ class Governor:
     def try_acquire(
         self,
         paths: _Paths,
-        *,
         input_tokens: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+        *,
         text: Optional[str] = None,
         messages: Optional[Sequence[Mapping[str, Any]]] = None,
         model: Optional[str] = None,
         tools: Optional[Sequence[Mapping[str, Any]]] = None,
         cached_input_tokens: Optional[int] = None,
-        max_output_tokens: Optional[int] = None,
         expected_output_tokens: Optional[int] = None,
         klass: Optional[str] = None,
         **extra: Any,
@@ -219,14 +238,14 @@ class Governor:
     def acquire(
         self,
         paths: _Paths,
-        *,
         input_tokens: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+        *,
         text: Optional[str] = None,
         messages: Optional[Sequence[Mapping[str, Any]]] = None,
         model: Optional[str] = None,
         tools: Optional[Sequence[Mapping[str, Any]]] = None,
         cached_input_tokens: Optional[int] = None,
-        max_output_tokens: Optional[int] = None,
         expected_output_tokens: Optional[int] = None,
         klass: Optional[str] = None,
         priority: Optional[int] = None,
@@ -236,14 +255,14 @@ class Governor:
     def acquire_blocking(
         self,
         paths: _Paths,
-        *,
         input_tokens: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+        *,
         text: Optional[str] = None,
         messages: Optional[Sequence[Mapping[str, Any]]] = None,
         model: Optional[str] = None,
         tools: Optional[Sequence[Mapping[str, Any]]] = None,
         cached_input_tokens: Optional[int] = None,
-        max_output_tokens: Optional[int] = None,
         expected_output_tokens: Optional[int] = None,
         klass: Optional[str] = None,
         priority: Optional[int] = None,
@@ -254,14 +273,14 @@ class Governor:
     def reserve(
         self,
         paths: _Paths,
-        *,
         input_tokens: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+        *,
         text: Optional[str] = None,
         messages: Optional[Sequence[Mapping[str, Any]]] = None,
         model: Optional[str] = None,
         tools: Optional[Sequence[Mapping[str, Any]]] = None,
         cached_input_tokens: Optional[int] = None,
-        max_output_tokens: Optional[int] = None,
         expected_output_tokens: Optional[int] = None,
         klass: Optional[str] = None,
         priority: Optional[int] = None,
@@ -269,6 +288,25 @@ class Governor:
         timeout: Optional[float] = None,
         **extra: Any,
     ) -> "Reservation": ...
+    def profile(self, name: Union[str, "Profile"], paths: Optional[Union[str, Sequence[str]]] = None) -> "Profile": ...
+    def try_acquire_profile(
+        self,
+        profile: Union[str, "Profile"],
+        input_tokens: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+        *,
+        paths: Optional[Union[str, Sequence[str]]] = None,
+        text: Optional[str] = None,
+        messages: Optional[Sequence[Mapping[str, Any]]] = None,
+        model: Optional[str] = None,
+        tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        cached_input_tokens: Optional[int] = None,
+        expected_output_tokens: Optional[int] = None,
+        klass: Optional[str] = None,
+        **extra: Any,
+    ) -> Permit: ...
+    def set_event_hook(self, hook: Optional[Callable[[Dict[str, Any]], Any]]) -> None: ...
+    def prometheus(self) -> str: ...
     def queue_metrics(self) -> Dict[str, Any]: ...
     def snapshot(self) -> Dict[str, Any]: ...
 
@@ -331,6 +369,20 @@ def count_chat_tokens(
     fast: bool = False,
 ) -> int: ...
 def estimate_tokens(text: str) -> int: ...
+def plan_capacity(
+    *,
+    avg_input: float,
+    avg_output: float,
+    rpm: Optional[float] = None,
+    tpm: Optional[float] = None,
+    input_tpm: Optional[float] = None,
+    output_tpm: Optional[float] = None,
+    concurrency: Optional[float] = None,
+    p95_input: Optional[float] = None,
+    p95_output: Optional[float] = None,
+    latency: Optional[float] = None,
+    utilisation: Optional[float] = None,
+) -> Dict[str, Any]: ...
 def settle_runtime_threads() -> None: ...
 
 @final
