@@ -56,3 +56,71 @@ func BenchmarkTryAcquireSettle(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTryAcquireProfile is the round trip through a profile of three
+// idle deployments (headroom ranked on each call), beside TryAcquireSettle.
+func BenchmarkTryAcquireProfile(b *testing.B) {
+	const huge = `[{"dimension":"requests","amount":1125899906842624,"window":"1s"},{"dimension":"tokens","amount":1125899906842624,"window":"1s"}]`
+	config := `{"scopes":{"a":{"provider":true,"limits":` + huge + `},"b":{"provider":true,"limits":` + huge +
+		`},"c":{"provider":true,"limits":` + huge + `}},"profiles":{"p":{"deployments":["a","b","c"]}}}`
+	gov, err := llmgov.FromJSON(config, llmgov.WithClock(llmgov.NewManualClock(0)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer gov.Close()
+	profile, err := gov.Profile("p")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer profile.Close()
+	request := llmgov.Request{InputTokens: 1200, MaxOutputTokens: 400}
+	usage := llmgov.Usage{InputTokens: 1200, OutputTokens: 250}
+	b.ReportAllocs()
+	for b.Loop() {
+		routed, err := gov.TryAcquireProfile(profile, request)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := routed.Permit.Settle(usage); err != nil {
+			b.Fatal(err)
+		}
+		routed.Permit.Close()
+	}
+}
+
+// BenchmarkRefusal is a refused TryAcquire, without an event callback and
+// with one (the event built as JSON in Rust, parsed in Go, handed to fn).
+func BenchmarkRefusal(b *testing.B) {
+	for _, hooked := range []bool{false, true} {
+		name := map[bool]string{false: "no_hook", true: "hook"}[hooked]
+		b.Run(name, func(b *testing.B) {
+			gov, err := llmgov.FromJSON(`{"scopes":{"p":{"limits":[{"dimension":"requests","amount":1,"window":"1h"}]}}}`,
+				llmgov.WithClock(llmgov.NewManualClock(0)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer gov.Close()
+			route, _ := gov.Route("p")
+			held, err := gov.TryAcquire(llmgov.Request{Route: route})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer held.Close()
+			events := 0
+			if hooked {
+				if err := gov.OnEvent(func(llmgov.Event) { events++ }); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := gov.TryAcquire(llmgov.Request{Route: route}); err == nil {
+					b.Fatal("admitted")
+				}
+			}
+			if hooked && events == 0 {
+				b.Fatal("no event reached the callback")
+			}
+		})
+	}
+}

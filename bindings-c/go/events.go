@@ -2,11 +2,13 @@ package llmgov
 
 /*
 #include <stdint.h>
+#include <stdlib.h>
 #include "shim.h"
 */
 import "C"
 
 import (
+	"bytes"
 	"encoding/json"
 	"runtime/cgo"
 	"sync"
@@ -98,10 +100,10 @@ func (b *eventBridge) release() {
 }
 
 // OnEvent sets fn as the governor's event callback, replacing any before;
-// OnEvent(nil) removes it. fn runs on the goroutine (and OS thread) whose
-// call caused the event: TryAcquire for a denial, Permit.Report for a
-// rejection or a breaker change; so it may run on several goroutines at
-// once, and should return quickly. A call already under way when OnEvent
+// OnEvent(nil) removes it. fn runs on the goroutine whose call caused the
+// event, before that call returns: TryAcquire for a denial, Permit.Report
+// for a rejection or a breaker change; so it may run on several goroutines
+// at once, and should return quickly. A call already under way when OnEvent
 // returns may still finish with the previous fn. A panic in fn crashes the
 // program, as in any goroutine; recover inside fn to avoid it.
 //
@@ -132,21 +134,41 @@ func (g *Governor) OnEvent(fn func(Event)) error {
 	return nil
 }
 
-//export llmgovGoEvent
-func llmgovGoEvent(handle C.uintptr_t, text *C.char, n C.size_t) {
-	b, ok := cgo.Handle(handle).Value().(*eventBridge)
-	if !ok {
-		return
+// deliverHeld hands fn the events a nocallback call held (see shim.h), in
+// order, and frees them.
+func (b *eventBridge) deliverHeld(ce *C.go_error) {
+	text := C.GoBytes(unsafe.Pointer(ce.events), C.int(ce.events_len))
+	C.free(unsafe.Pointer(ce.events))
+	ce.events = nil
+	for line := range bytes.SplitSeq(text, []byte{'\n'}) {
+		if len(line) > 0 {
+			b.deliver(line)
+		}
 	}
+}
+
+// deliver parses one event and hands it to fn, if one is set.
+func (b *eventBridge) deliver(raw []byte) {
 	fn := b.fn.Load()
 	if fn == nil {
 		return
 	}
-	event, err := parseEvent(C.GoBytes(unsafe.Pointer(text), C.int(n)))
+	event, err := parseEvent(raw)
 	if err != nil {
 		// The C library writes these objects; a failure here is a bug in
 		// this binding, and an event lost is better than a crash.
 		return
 	}
 	(*fn)(event)
+}
+
+//export llmgovGoEvent
+func llmgovGoEvent(handle C.uintptr_t, text *C.char, n C.size_t) {
+	b, ok := cgo.Handle(handle).Value().(*eventBridge)
+	if !ok {
+		return
+	}
+	if b.fn.Load() != nil {
+		b.deliver(C.GoBytes(unsafe.Pointer(text), C.int(n)))
+	}
 }

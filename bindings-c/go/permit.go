@@ -2,8 +2,9 @@ package llmgov
 
 /*
 // The hot path: C keeps none of the pointers it is given, and calls no Go
-// (but a refused try_acquire calls the event callback, which may be Go's).
+// (the events a refused try_acquire causes are held: see shim.h).
 #cgo noescape go_try_acquire
+#cgo nocallback go_try_acquire
 #cgo noescape go_settle
 #cgo nocallback go_settle
 #cgo noescape go_cancel
@@ -119,7 +120,11 @@ func (g *Governor) TryAcquire(r Request) (*Permit, error) {
 	req := r.c()
 	var handle *C.llmgov_permit
 	var ce C.go_error
-	if err := fromC(C.go_try_acquire(h, &req, &handle, &ce), &ce); err != nil {
+	result := C.go_try_acquire(h, &req, &handle, &ce)
+	if ce.events != nil {
+		g.events.deliverHeld(&ce)
+	}
+	if err := fromC(result, &ce); err != nil {
 		return nil, err
 	}
 	return newPermit(handle), nil

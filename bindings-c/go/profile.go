@@ -2,6 +2,7 @@ package llmgov
 
 /*
 #cgo noescape go_try_acquire_profile
+#cgo nocallback go_try_acquire_profile
 #include <stdlib.h>
 #include "shim.h"
 */
@@ -113,7 +114,11 @@ func (g *Governor) TryAcquireProfile(p *Profile, r Request) (*Routed, error) {
 	var handle *C.llmgov_permit
 	var routed C.llmgov_routed
 	var ce C.go_error
-	if err := fromC(C.go_try_acquire_profile(h, p.handle, &req, &handle, &routed, &ce), &ce); err != nil {
+	result := C.go_try_acquire_profile(h, p.handle, &req, &handle, &routed, &ce)
+	if ce.events != nil {
+		g.events.deliverHeld(&ce)
+	}
+	if err := fromC(result, &ce); err != nil {
 		return nil, err
 	}
 	out := &Routed{

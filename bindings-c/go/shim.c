@@ -37,9 +37,47 @@ static llmgov_result checked(llmgov_result result, go_error *err) {
     return result;
 }
 
+/* Events met while this thread is in a nocallback call, kept for Go. */
+static _Thread_local struct {
+    int holding;
+    char *text;
+    size_t len, cap;
+} held;
+
+static void hold_events(void) {
+    held.holding = 1;
+}
+
+/* Hands the held events to `err` (after go_error_take, which clears it). */
+static void give_events(go_error *err) {
+    held.holding = 0;
+    err->events = held.text;
+    err->events_len = held.len;
+    held.text = NULL;
+    held.len = held.cap = 0;
+}
+
+/* Keeps one event and its newline; an event that finds no memory is
+ * dropped (there is no one to tell). */
+static void keep_event(const char *json, size_t len) {
+    if (held.len + len + 1 > held.cap) {
+        size_t cap = (held.len + len + 1) * 2;
+        char *text = realloc(held.text, cap);
+        if (text == NULL) return;
+        held.text = text;
+        held.cap = cap;
+    }
+    memcpy(held.text + held.len, json, len);
+    held.text[held.len + len] = '\n';
+    held.len += len + 1;
+}
+
 llmgov_result go_try_acquire(const llmgov_governor *governor, const llmgov_request *request, llmgov_permit **out,
                              go_error *err) {
-    return checked(llmgov_governor_try_acquire(governor, request, out), err);
+    hold_events();
+    llmgov_result result = checked(llmgov_governor_try_acquire(governor, request, out), err);
+    give_events(err);
+    return result;
 }
 
 llmgov_result go_acquire(const llmgov_governor *governor, const llmgov_request *request, uint64_t timeout_ns,
@@ -68,12 +106,19 @@ llmgov_result go_add_output(llmgov_permit *permit, uint64_t tokens, go_error *er
 llmgov_result go_try_acquire_profile(const llmgov_governor *governor, const llmgov_profile *profile,
                                      const llmgov_request *request, llmgov_permit **out, llmgov_routed *routed,
                                      go_error *err) {
-    return checked(llmgov_governor_try_acquire_profile(governor, profile, request, out, routed), err);
+    hold_events();
+    llmgov_result result = checked(llmgov_governor_try_acquire_profile(governor, profile, request, out, routed), err);
+    give_events(err);
+    return result;
 }
 
 /* The handle travels as userdata: converting it to a pointer in C keeps Go
  * from seeing an integer turned into an unsafe.Pointer. */
 static void go_event_trampoline(void *userdata, const char *event_json, size_t len) {
+    if (held.holding) {
+        keep_event(event_json, len);
+        return;
+    }
     llmgovGoEvent((uintptr_t)userdata, (char *)event_json, len);
 }
 

@@ -1,7 +1,12 @@
 /* What Go needs beyond llmgov.h: the last error copied out within the same
  * C call that failed (a goroutine may move to another thread between two
  * cgo calls, and the thread-local error may be overwritten there), and the
- * C side of the event callback's bridge to Go. */
+ * C side of the event callback's bridge to Go.
+ *
+ * The hot-path calls are `#cgo nocallback` (which spares two allocations
+ * per call), so C must not call Go during them: the events they cause (a
+ * refused try_acquire's denial) are held, and handed to Go with the result
+ * in `go_error.events`, to deliver before the call returns to its caller. */
 #ifndef LLMGOV_GO_SHIM_H
 #define LLMGOV_GO_SHIM_H
 
@@ -15,13 +20,19 @@ typedef struct go_error {
     char *scope;
     char *field;
     char *value;
+    /* Events caused by a hot-path call, one JSON object a line (malloc,
+     * the caller frees it); NULL if none. */
+    char *events;
+    size_t events_len;
 } go_error;
 
 /* Fills *out from this thread's last error, which failed with `result`. */
 void go_error_take(llmgov_result result, go_error *out);
 void go_error_free(go_error *e);
 
-/* The hot path: the call and, on failure, its error, in one cgo call. */
+/* The hot path: the call and, on failure, its error, in one cgo call.
+ * go_try_acquire and go_try_acquire_profile hold their events in
+ * err->events; settle, cancel and add_output cause none. */
 llmgov_result go_try_acquire(const llmgov_governor *governor, const llmgov_request *request, llmgov_permit **out,
                              go_error *err);
 llmgov_result go_acquire(const llmgov_governor *governor, const llmgov_request *request, uint64_t timeout_ns,
