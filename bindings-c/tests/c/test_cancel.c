@@ -134,6 +134,19 @@ int main(void) {
     CHECK_RESULT(llmgov_governor_acquire_cancellable(gov, &request, LLMGOV_NO_TIMEOUT, token, NULL),
                  LLMGOV_RESULT_NULL_ARGUMENT);
     CHECK_STR(last_error().field, "out_permit");
+    CHECK_RESULT(llmgov_governor_acquire_cancellable(NULL, &request, LLMGOV_NO_TIMEOUT, token, &permit),
+                 LLMGOV_RESULT_NULL_ARGUMENT);
+    CHECK_STR(last_error().field, "governor");
+    CHECK_RESULT(llmgov_governor_acquire_cancellable(gov, NULL, LLMGOV_NO_TIMEOUT, token, &permit),
+                 LLMGOV_RESULT_NULL_ARGUMENT);
+    CHECK_STR(last_error().field, "request");
+    request.class_id = 99;
+    CHECK_RESULT(llmgov_governor_acquire_cancellable(gov, &request, LLMGOV_NO_TIMEOUT, token, &permit),
+                 LLMGOV_RESULT_INVALID_REQUEST);
+    e = last_error();
+    CHECK_STR(e.field, "class_id");
+    CHECK_STR(e.value, "99");
+    request.class_id = 0;
     CHECK_RESULT(llmgov_cancel_token_cancel(NULL), LLMGOV_RESULT_NULL_ARGUMENT);
     CHECK_STR(last_error().field, "token");
     CHECK_STR(llmgov_result_code(LLMGOV_RESULT_CANCELLED), "cancelled");

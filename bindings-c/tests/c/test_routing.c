@@ -182,6 +182,12 @@ static void bad_input_names_the_field_and_the_value(void) {
     CHECK_RESULT(llmgov_governor_try_acquire_profile(f.gov, f.profile, &request, &permit, NULL),
                  LLMGOV_RESULT_NULL_ARGUMENT);
     CHECK_STR(last_error().field, "out_routed");
+    CHECK_RESULT(llmgov_governor_try_acquire_profile(NULL, f.profile, &request, &permit, &routed),
+                 LLMGOV_RESULT_NULL_ARGUMENT);
+    CHECK_STR(last_error().field, "governor");
+    CHECK_RESULT(llmgov_governor_try_acquire_profile(f.gov, f.profile, &request, NULL, &routed),
+                 LLMGOV_RESULT_NULL_ARGUMENT);
+    CHECK_STR(last_error().field, "out_permit");
     request.class_id = 77;
     CHECK_RESULT(llmgov_governor_try_acquire_profile(f.gov, f.profile, &request, &permit, &routed),
                  LLMGOV_RESULT_INVALID_REQUEST);
