@@ -1,6 +1,12 @@
 package llmgov
 
 /*
+// Reading and freeing an error keeps no pointer and calls no Go, so the
+// error struct can stay on the caller's stack.
+#cgo noescape go_error_take
+#cgo nocallback go_error_take
+#cgo noescape go_error_free
+#cgo nocallback go_error_free
 #include <stdlib.h>
 #include "shim.h"
 */
