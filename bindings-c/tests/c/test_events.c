@@ -242,6 +242,66 @@ static void freeing_the_governor_removes_the_hook(void) {
     llmgov_permit_free(permit);
 }
 
+/* Threads refuse requests without pause while the main thread replaces
+ * the hook again and again, freeing each userdata as soon as the
+ * replacement returns: a call that outlived its removal would touch freed
+ * memory (AddressSanitizer and valgrind would fail the test). */
+typedef struct {
+    atomic_long calls;
+} counter;
+
+static void count(void *userdata, const char *json, size_t len) {
+    (void)json;
+    (void)len;
+    atomic_fetch_add(&((counter *)userdata)->calls, 1);
+}
+
+typedef struct {
+    const llmgov_governor *gov;
+    llmgov_request request;
+    atomic_int stop;
+} hammer;
+
+static void *refuse_until_stopped(void *arg) {
+    hammer *h = arg;
+    while (!atomic_load(&h->stop)) {
+        llmgov_permit *p = NULL;
+        if (llmgov_governor_try_acquire(h->gov, &h->request, &p) == LLMGOV_RESULT_OK) llmgov_permit_free(p);
+    }
+    return NULL;
+}
+
+static void replacing_the_hook_under_load_frees_nothing_in_use(void) {
+    fixture f = setup();
+    f.request.input_tokens = 600;
+    llmgov_permit *all = NULL;
+    CHECK_OK(llmgov_governor_try_acquire(f.gov, &f.request, &all));
+    hammer h = {f.gov, f.request, 0};
+    pthread_t threads[3];
+    for (int i = 0; i < 3; i++) pthread_create(&threads[i], NULL, refuse_until_stopped, &h);
+    long total = 0;
+    counter *current = NULL;
+    for (int round = 0; round < 40; round++) {
+        counter *next = malloc(sizeof *next);
+        atomic_init(&next->calls, 0);
+        CHECK_OK(llmgov_governor_set_event_hook(f.gov, count, next));
+        if (current != NULL) {
+            total += atomic_load(&current->calls);
+            free(current); /* no call of it is under way, nor will be */
+        }
+        current = next;
+        while (atomic_load(&next->calls) == 0) sched_yield(); /* in use before it is replaced */
+    }
+    CHECK_OK(llmgov_governor_set_event_hook(f.gov, NULL, NULL));
+    total += atomic_load(&current->calls);
+    free(current);
+    atomic_store(&h.stop, 1);
+    for (int i = 0; i < 3; i++) pthread_join(threads[i], NULL);
+    CHECK(total >= 40);
+    llmgov_permit_free(all);
+    teardown(&f);
+}
+
 static void bad_input_names_the_argument(void) {
     seen s = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, 0};
     CHECK_RESULT(llmgov_governor_set_event_hook(NULL, record, &s), LLMGOV_RESULT_NULL_ARGUMENT);
@@ -255,6 +315,7 @@ int main(void) {
     the_hook_cannot_be_changed_from_inside_the_callback();
     removal_waits_for_a_call_under_way();
     freeing_the_governor_removes_the_hook();
+    replacing_the_hook_under_load_frees_nothing_in_use();
     bad_input_names_the_argument();
     return finish("events");
 }
