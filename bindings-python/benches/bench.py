@@ -7,8 +7,8 @@
    o200k vocabulary loaded from the file inside the tiktoken-rs crate (so
    nothing is downloaded).
 
-Prints Markdown tables of medians (of 5 repeats, CPU time) and ratios to
-llmgov.
+Prints Markdown tables of medians (CPU time; the round trips over 9
+interleaved rounds, counting over 5 repeats) and ratios to llmgov.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Callable, Dict, List, Tuple
 import llmgov
 
 REPEATS = 5
+ROUNDS = 9  # of the round-trip table, interleaved
 ROUND_TRIPS = 50_000
 HUGE = 1 << 50  # limits that never refuse during the run
 
@@ -231,11 +232,20 @@ def main() -> None:
         ("pyrate-limiter try_acquire × 2", pyrate_round_trip()),
         ("aiolimiter acquire × 2 (asyncio)", aiolimiter_round_trip()),
     ]
-    base = None
+    # Interleaved: each of ROUNDS rounds times every peer once, so a change
+    # in the machine's load during the run weighs on all of them alike.
+    samples: Dict[str, List[float]] = {name: [] for name, _ in peers}
     for name, run in peers:
         run(1000)  # warm up
-        ns = timed(run, ROUND_TRIPS if "pyrate" not in name else ROUND_TRIPS // 10)
-        base = base or ns
+    for _ in range(ROUNDS):
+        for name, run in peers:
+            n = ROUND_TRIPS if "pyrate" not in name else ROUND_TRIPS // 10
+            start = time.process_time_ns()
+            run(n)
+            samples[name].append((time.process_time_ns() - start) / n)
+    base = statistics.median(samples[peers[0][0]])
+    for name, _ in peers:
+        ns = statistics.median(samples[name])
         print(f"| {name} | {ns:,.0f} | {ns / base:.2f} |")
     print()
     print("| count_tokens (o200k) | llmgov µs | tiktoken µs | tiktoken ÷ llmgov | tokens (llmgov / tiktoken) |")

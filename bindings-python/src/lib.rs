@@ -15,6 +15,7 @@ mod routing;
 mod tokens;
 mod usage;
 mod waiting;
+mod wake;
 
 use pyo3::prelude::*;
 
@@ -27,6 +28,8 @@ fn _llmgov(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<permit::PyPermit>()?;
     module.add_class::<permit::Ready>()?;
     module.add_class::<waiting::Reservation>()?;
+    module.add_class::<wake::Driver>()?;
+    module.add_class::<wake::Forget>()?;
     module.add_class::<feedback::PyRetryPolicy>()?;
     module.add_class::<redis::PyRedisGovernor>()?;
     module.add_class::<redis::PyRedisRoute>()?;
@@ -36,7 +39,6 @@ fn _llmgov(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(tokens::count_chat_tokens, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::estimate_tokens, module)?)?;
     module.add_function(wrap_pyfunction!(plan::plan_capacity, module)?)?;
-    module.add_function(wrap_pyfunction!(waiting::settle_runtime_threads, module)?)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,9 +1,9 @@
-//! Waiting for admission: `await gov.acquire(...)` (asyncio, through
-//! pyo3-async-runtimes on tokio), `gov.acquire_blocking(...)` (the GIL
-//! released while the thread is parked), and `gov.reserve(...)`, a context
-//! manager for `with` and `async with` that settles or cancels on exit.
+//! Waiting for admission: `await gov.acquire(...)` (an asyncio future the
+//! event loop resolves itself, see `wake.rs`), `gov.acquire_blocking(...)`
+//! (the GIL released while the thread is parked), and `gov.reserve(...)`, a
+//! context manager for `with` and `async with` that settles or cancels on
+//! exit.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use llmgov::Request;
@@ -47,33 +47,7 @@ pub fn timeout(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
     }
 }
 
-/// Whether an awaitable acquire ever ran on the tokio runtime (see
-/// `settle_runtime_threads`).
-static ASYNC_USED: AtomicBool = AtomicBool::new(false);
-
-/// Lets the tokio runtime's threads finish handing their last results to
-/// asyncio before the interpreter finalizes. A thread that completes a
-/// future takes the GIL to schedule the result on the event loop and
-/// releases it after; if the program ends in between, releasing it during
-/// finalization aborts the process. `llmgov/__init__.py` registers this at
-/// exit; it waits (GIL released) only if an async acquire ever ran.
-#[pyfunction]
-pub fn settle_runtime_threads(py: Python<'_>) {
-    if ASYNC_USED.load(Ordering::Relaxed) {
-        py.detach(|| std::thread::sleep(Duration::from_millis(50)));
-    }
-}
-
-/// Waits on an async runtime for the permit; an awaitable for asyncio.
-pub fn acquire_async<'py>(gov: &Bound<'py, PyGovernor>, request: Request) -> PyResult<Bound<'py, PyAny>> {
-    ASYNC_USED.store(true, Ordering::Relaxed);
-    let waiting = gov.get().gov.acquire(&request);
-    let owner = gov.clone().unbind();
-    pyo3_async_runtimes::tokio::future_into_py(gov.py(), async move {
-        let permit = waiting.await.py_err()?;
-        Ok(PyPermit::new(permit, owner))
-    })
-}
+pub use crate::wake::acquire_async;
 
 /// Parks the thread, the GIL released, until the permit or a refusal.
 pub fn acquire_blocking(

@@ -317,3 +317,16 @@ def test_a_hook_closing_over_its_governor_is_collected() -> None:
     del gov, sentinel, hook
     gc.collect()
     assert gone() is None, "the governor -> hook -> governor cycle was not collected"
+
+
+def test_the_routing_example_runs_and_is_in_the_readme(capsys: pytest.CaptureFixture[str]) -> None:
+    import runpy
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    runpy.run_path(str(root / "examples" / "routing.py"), run_name="__main__")
+    printed = capsys.readouterr().out
+    assert "went to openai/org" in printed and "then to azure/eastus" in printed
+    assert "'state': 'open'" in printed and "45.0 requests/min, tpm binds" in printed
+    example = (root / "examples" / "routing.py").read_text().split('"""', 2)[2].lstrip("\n")
+    assert example in (root / "README.md").read_text()

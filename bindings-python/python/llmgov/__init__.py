@@ -23,8 +23,6 @@ The engine is the Rust core, compiled into ``llmgov._llmgov``.
 SDKs) with one transport.
 """
 
-import atexit
-
 from ._llmgov import (
     Governor,
     Permit,
@@ -38,7 +36,6 @@ from ._llmgov import (
     count_tokens,
     estimate_tokens,
     plan_capacity,
-    settle_runtime_threads,
 )
 from .errors import (
     AlreadyReconciled,
@@ -85,6 +82,3 @@ __all__ = [
     "estimate_tokens",
     "plan_capacity",
 ]
-
-# The async runtime's threads finish their last hand-off before exit.
-atexit.register(settle_runtime_threads)

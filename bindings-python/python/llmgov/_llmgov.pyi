@@ -30,13 +30,14 @@ __all__ = [
     "Route",
     "UnknownPreset",
     "UnknownScope",
+    "_Driver",
+    "_Forget",
     "__version__",
     "classify_response",
     "count_chat_tokens",
     "count_tokens",
     "estimate_tokens",
     "plan_capacity",
-    "settle_runtime_threads",
 ]
 
 __version__: str
@@ -311,6 +312,20 @@ class Governor:
     def snapshot(self) -> Dict[str, Any]: ...
 
 @final
+class _Driver:
+    """One event loop's waiting acquires (llmgov._wake)."""
+
+    def __new__(cls) -> "_Driver": ...
+    def fileno(self) -> int: ...
+    def drain(self) -> None: ...
+
+@final
+class _Forget:
+    """Drops a waiting acquire when its asyncio future is done."""
+
+    def __call__(self, _future: Any) -> None: ...
+
+@final
 class Reservation:
     """A context manager: waits for a permit on entry, cancels it on an
     exception, settles it as estimated if left pending."""
@@ -383,7 +398,6 @@ def plan_capacity(
     latency: Optional[float] = None,
     utilisation: Optional[float] = None,
 ) -> Dict[str, Any]: ...
-def settle_runtime_threads() -> None: ...
 
 @final
 class RedisRoute:
