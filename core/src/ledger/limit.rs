@@ -163,7 +163,11 @@ impl Limit {
 
     /// Reserves `cost` at `now`. A refusal carries the absolute time at which
     /// this limit would pass, or `None` when that depends on releases.
-    #[inline]
+    // Always inlined: a route of six scopes makes two dozen of these calls
+    // per acquire, and left to the compiler they became calls, which made an
+    // acquire + settle on 6 scopes × 4 limits take a fifth more instructions
+    // (callgrind: 4500 against 3700).
+    #[inline(always)]
     pub fn try_reserve(&self, bucket: &Bucket, cost: u64, now: u64, ttl: TtlSlots) -> Result<(), Option<u64>> {
         match (&self.rule, bucket) {
             (Rule::TokenBucket(p), Bucket::Tat(tat)) => p.try_reserve(tat, cost, now).map_err(|RetryAt(at)| Some(at)),
@@ -241,10 +245,20 @@ impl Limit {
     /// at `now`: refunds the difference or debits the overage, as debt if
     /// need be. A sliding window books both in the admission's slot while it
     /// is in the window; overage after that goes to the current slot.
-    #[inline]
+    // Inlined, with the rarer kinds out of line, for the reason given at
+    // `try_reserve` (here, inlining those too costs more than it saves).
+    #[inline(always)]
     pub fn adjust(&self, bucket: &Bucket, charged: u64, actual: u64, acquired_at: u64, now: u64) {
         match (&self.rule, bucket) {
             (Rule::TokenBucket(p), Bucket::Tat(tat)) => p.adjust(tat, charged, actual, now),
+            _ => self.adjust_counted(bucket, charged, actual, acquired_at, now),
+        }
+    }
+
+    /// [`Self::adjust`] on a sliding window or a concurrency limit.
+    #[inline(never)]
+    fn adjust_counted(&self, bucket: &Bucket, charged: u64, actual: u64, acquired_at: u64, now: u64) {
+        match (&self.rule, bucket) {
             (Rule::SlidingWindow { slot, .. }, Bucket::Window(ring)) => {
                 adjust_window(ring, *slot, charged, actual, acquired_at, now)
             }
