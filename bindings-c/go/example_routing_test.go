@@ -2,6 +2,7 @@ package llmgov_test
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 
 	"llmgov.dev/llmgov"
@@ -71,13 +72,16 @@ func ExampleGovernor_Prometheus() {
 	if err != nil {
 		panic(err)
 	}
+	var lines []string
 	for _, line := range strings.Split(text, "\n") {
 		if strings.HasPrefix(line, "llmgov_in_use{") || strings.HasPrefix(line, "llmgov_admitted_total") {
-			fmt.Println(line)
+			lines = append(lines, line)
 		}
 	}
+	sort.Strings(lines) // series of one family come in no set order
+	fmt.Println(strings.Join(lines, "\n"))
 	// Output:
+	// llmgov_admitted_total 1
 	// llmgov_in_use{scope="azure/eastus",dimension="requests",window_ms="60000"} 0
 	// llmgov_in_use{scope="openai/key-1",dimension="requests",window_ms="60000"} 1
-	// llmgov_admitted_total 1
 }
