@@ -140,7 +140,9 @@ impl EventHook {
 
 /// Sets the callback told of this governor's events (see
 /// `llmgov_event_callback` for their JSON), replacing any set before; NULL
-/// `callback` removes it. Events are built only while a callback is set.
+/// `callback` removes it. A governor that never had a callback builds no
+/// events; once one was set, an event with none set costs only its
+/// construction (no JSON).
 ///
 /// When this returns, the previous callback is no longer running and will
 /// never be called again, so its userdata may be freed. It may not be
