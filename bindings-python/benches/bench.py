@@ -7,8 +7,9 @@
    o200k vocabulary loaded from the file inside the tiktoken-rs crate (so
    nothing is downloaded).
 
-Prints Markdown tables of medians (CPU time; the round trips over 9
-interleaved rounds, counting over 5 repeats) and ratios to llmgov.
+Prints Markdown tables of medians of CPU time (the round trips over 9
+interleaved rounds, counting over 7 alternating repeats) and ratios to
+llmgov.
 """
 
 from __future__ import annotations
@@ -26,23 +27,25 @@ from typing import Callable, Dict, List, Tuple
 
 import llmgov
 
-REPEATS = 5
+REPEATS = 7
 ROUNDS = 9  # of the round-trip table, interleaved
 ROUND_TRIPS = 50_000
 HUGE = 1 << 50  # limits that never refuse during the run
 
 
-def timed(run: Callable[[int], None], n: int) -> float:
-    """Median CPU nanoseconds per operation of `run(n)` over REPEATS runs.
-    CPU time of this process, not wall time, so that other load on a shared
-    machine does not count (every library here runs on the calling thread;
-    counting long texts with the GIL released stays on it too)."""
-    samples = []
+def interleaved(ours: Callable[[int], None], theirs: Callable[[int], None], n: int) -> Tuple[float, float]:
+    """Median CPU nanoseconds per operation of `ours(n)` and `theirs(n)`,
+    alternated REPEATS times so that a change in the machine's load weighs on
+    both alike. CPU time of this process, not wall time, so that other load
+    on a shared machine counts less (every library here runs on the calling
+    thread; counting long texts with the GIL released stays on it too)."""
+    samples: Tuple[List[float], List[float]] = ([], [])
     for _ in range(REPEATS):
-        start = time.process_time_ns()
-        run(n)
-        samples.append((time.process_time_ns() - start) / n)
-    return statistics.median(samples)
+        for run, into in ((ours, samples[0]), (theirs, samples[1])):
+            start = time.process_time_ns()
+            run(n)
+            into.append((time.process_time_ns() - start) / n)
+    return statistics.median(samples[0]), statistics.median(samples[1])
 
 
 # --- 1. the round trip ------------------------------------------------------
@@ -211,8 +214,11 @@ def counting_rows() -> List[Tuple[str, float, float, int, int]]:
         n = max(10, 1_000_000 // max(len(text), 1))
         ours = llmgov.count_tokens(text, model="gpt-4o")
         theirs = len(enc.encode_ordinary(text))
-        ns_ours = timed(lambda k: [llmgov.count_tokens(text, model="gpt-4o") for _ in range(k)], n)
-        ns_theirs = timed(lambda k: [enc.encode_ordinary(text) for _ in range(k)], n)
+        ns_ours, ns_theirs = interleaved(
+            lambda k: [llmgov.count_tokens(text, model="gpt-4o") for _ in range(k)],
+            lambda k: [enc.encode_ordinary(text) for _ in range(k)],
+            n,
+        )
         rows.append((name, ns_ours, ns_theirs, ours, theirs))
     return rows
 
