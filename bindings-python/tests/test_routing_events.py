@@ -132,6 +132,42 @@ def test_a_cost_budget_refuses_with_dimension_cost() -> None:
     assert never.value.dimension == "cost"
 
 
+def test_budget_thresholds_degrade_to_the_cheaper_profile_then_refuse() -> None:
+    requests = [{"dimension": "requests", "amount": 10000, "window": "1m"}]
+    gov = llmgov.Governor.from_dict(
+        {
+            "pricing": {"gpt-4o": {"input": 2.5, "output": 10.0}, "mini": {"input": 0.15, "output": 0.6}},
+            "scopes": {
+                "openai/gpt-4o": {"provider": True, "pricing": "gpt-4o", "limits": requests},
+                "openai/mini": {"provider": True, "pricing": "mini", "limits": requests},
+                "tenants/*": {"limits": [{"dimension": "cost", "budget": 1.0, "window": "1d"}]},
+            },
+            "profiles": {
+                "gpt-4o": {
+                    "deployments": ["openai/gpt-4o"],
+                    "budget": {"degrade_at": 0.6, "degrade_to": "mini", "refuse_at": 0.85},
+                    "fallback_allowed": {"eval": False},
+                },
+                "mini": {"deployments": ["openai/mini"]},
+            },
+        },
+        clock="manual",
+    )
+    profile = gov.profile("gpt-4o", "tenants/acme")
+    for _ in range(3):  # 0.25 each on gpt-4o
+        assert gov.try_acquire_profile(profile, 100_000).profile == "gpt-4o"
+    cheap = gov.try_acquire_profile(profile, 100_000)  # 75% spent: past 0.6
+    assert (cheap.profile, cheap.deployment, cheap.degraded, cheap.fell_back) == ("mini", "openai/mini", True, False)
+    with pytest.raises(llmgov.RateLimited) as kept:  # a class that may not leave its profile
+        gov.try_acquire_profile(profile, 100_000, klass="eval")
+    assert (kept.value.scope, kept.value.dimension) == ("tenants/acme", "cost")
+    for _ in range(6):  # 0.015 each on mini, up to 85.5%
+        gov.try_acquire_profile(profile, 100_000)
+    with pytest.raises(llmgov.RateLimited) as refused:
+        gov.try_acquire_profile(profile, 100_000)
+    assert refused.value.dimension == "cost" and refused.value.retry_after > 24 * 3600
+
+
 # --- Prometheus ---------------------------------------------------------------
 
 
