@@ -1,5 +1,6 @@
-"""The `async with gov.reserve(...)` entry, in Python so that the permit is
-recorded on the event loop's thread, never from the runtime that waited."""
+"""The `async with gov.reserve(...)` entry: awaits the acquire and records
+the permit in the reservation, so that leaving the block settles or
+cancels it."""
 
 from typing import Any
 
