@@ -14,6 +14,16 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
  * package's `Governor`; this class is its engine.
  */
 export declare class NativeGovernor {
+  /**
+   * Sends every event to `listener` from now on, replacing the previous
+   * one; `null` removes it (and releases the function).
+   */
+  setEventListener(listener: ((event: Record<string, unknown>) => void) | null): void
+  /**
+   * Events dropped because the listener's queue was full (or the
+   * environment was closing).
+   */
+  droppedEvents(): number
   /** A governor from TOML text; `manualClock` starts a manual clock at 0. */
   static fromToml(text: string, manualClock: boolean): NativeGovernor
   /** A governor from JSON text. */
@@ -34,12 +44,21 @@ export declare class NativeGovernor {
   /** What a pending permit holds; `null` once it is reconciled or swept. */
   permitInfo(handle: number): PermitInfo | null
   /**
-   * Classifies a provider's answer to a request on `route` and feeds it
-   * back into the route's provider scopes.
+   * Classifies a provider's answer to the request of permit `handle` on
+   * `route` and feeds it back into the route's provider scopes. While the
+   * permit is held, the answer is dated by it (a 429 for a request sent
+   * before the last AIMD decrease lowers the rate no further, a failure
+   * sent before a breaker opened does not count again); once it is
+   * reconciled, only the route is known.
    */
-  report(route: number, status: number, headers: Array<string>, body: string): Classification
+  report(handle: number, route: number, status: number, headers: Array<string>, body: string): Classification
   /** Every scope and counter now. */
   snapshot(): Snapshot
+  /**
+   * Every limit, counter, breaker and queue now, in the Prometheus text
+   * format (OpenMetrics), for a `/metrics` endpoint.
+   */
+  prometheus(): string
   /** Every traffic class's waiting queue now. */
   queueMetrics(): QueueMetrics
   /**
@@ -51,6 +70,16 @@ export declare class NativeGovernor {
   nowMs(): number
   /** Permits handed out and not yet reconciled or swept. */
   livePermits(): number
+  /**
+   * Resolves profile `name` and its fallback chain for the consumer's
+   * scope paths (charged on every deployment too) into a profile number.
+   */
+  profile(name: string, consumer: Array<string>): number
+  /**
+   * Admits the request on the profile's roomiest deployment that takes
+   * it, or throws the refusal (that of the profile asked for).
+   */
+  tryAcquireProfile(request: ProfileArgs): ProfileGrant
 }
 
 /**
@@ -240,7 +269,7 @@ export declare function hotTryAcquire(): number
 
 /** One limit of one scope at one moment. */
 export interface LimitSnapshot {
-  /** `requests`, `input_tokens`, `output_tokens`, `tokens` or `concurrency`. */
+  /** `requests`, `input_tokens`, `output_tokens`, `tokens`, `concurrency` or `cost`. */
   dimension: string
   /** `token_bucket`, `sliding_window` or `concurrency`. */
   algorithm: string
@@ -308,6 +337,50 @@ export interface PermitInfo {
   acquiredAtMs: number
   /** When it expires unless settled, in the governor clock's milliseconds. */
   expiresAtMs: number
+}
+
+/** A request to admit through a resolved profile. */
+export interface ProfileArgs {
+  /** The profile number from `profile`. */
+  profile: number
+  /** Estimated prompt tokens. */
+  inputTokens: number
+  /** Part of them expected from the prompt cache. */
+  cachedInputTokens: number
+  /** The request's `max_tokens`. */
+  maxOutputTokens: number
+  /** The output expected, if known. */
+  expectedOutputTokens?: number
+  /**
+   * Class number (0 is the default class); the class also decides
+   * whether the request may fall back.
+   */
+  classNumber: number
+}
+
+/** A permit granted through a profile, and where it was placed. */
+export interface ProfileGrant {
+  /** The permit's handle. */
+  handle: number
+  /**
+   * The route number of the chosen deployment plus the consumer's scopes
+   * (the route the permit is charged on, and reports go to).
+   */
+  route: number
+  /** The profile that served it: the one asked for, or a fallback's. */
+  profile: string
+  /** The chosen deployment's scope path. */
+  deployment: string
+  /**
+   * Whether it left the profile asked for because every deployment
+   * refused (the fallback chain).
+   */
+  fellBack: boolean
+  /**
+   * Whether it left the profile asked for because a cost budget passed
+   * the profile's `degrade_at` threshold (its cheaper `degrade_to`).
+   */
+  degraded: boolean
 }
 
 /** Every traffic class's queue at one moment. */

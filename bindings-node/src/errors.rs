@@ -95,6 +95,10 @@ fn fill(data: &mut Object, error: &Error) -> napi::Result<()> {
             data.set_named_property("retryAfterMs", retry_after.map(|d| llmgov::ceil_ms(d) as f64))?;
             data.set_named_property("gatewayDecision", "rejected_locally")?;
         }
+        Error::CircuitOpen { scope, retry_after, .. } => {
+            data.set_named_property("scope", &**scope)?;
+            data.set_named_property("retryAfterMs", llmgov::ceil_ms(*retry_after) as f64)?;
+        }
         Error::NeverFits { scope, dimension, cost, burst, .. } => {
             data.set_named_property("scope", &**scope)?;
             data.set_named_property("dimension", dimension.as_str())?;

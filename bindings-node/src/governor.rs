@@ -11,11 +11,12 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use llmgov::{ClassId, Config, Governor, ManualClock, PermitState, Route};
+use llmgov::{ClassId, Config, Governor, ManualClock, PermitState, ProfileRoute, Route};
 use napi::{Env, Result};
 use napi_derive::napi;
 
 use crate::errors::{invalid, throw, OrThrow};
+use crate::events::EventSink;
 use crate::feedback::{classify, Classification};
 use crate::numbers::millis;
 use crate::permits::Permits;
@@ -31,6 +32,33 @@ pub struct State {
     route_numbers: HashMap<u32, u32>,
     pub classes: Vec<ClassId>,
     pub permits: Permits,
+    /// Resolved profiles, by the number JavaScript holds (`routing.rs`).
+    pub profiles: Vec<ProfileRoute>,
+    /// Where the core's events go, once a listener was set (`events.rs`).
+    pub events: Option<Arc<EventSink>>,
+}
+
+impl State {
+    /// The route table's number for a core route, interning it on first sight
+    /// so that equal routes share one number.
+    pub fn route_number(&mut self, route: Route) -> u32 {
+        if let Some(&number) = self.route_numbers.get(&route.index()) {
+            return number;
+        }
+        let number = self.routes.len() as u32;
+        self.routes.push(route);
+        self.route_numbers.insert(route.index(), number);
+        number
+    }
+
+    /// Class number `number` (from `classId`), as the core's class.
+    #[inline]
+    pub fn class(&self, number: u32) -> llmgov::Result<ClassId> {
+        self.classes
+            .get(number as usize)
+            .copied()
+            .ok_or_else(|| invalid("klass", number, "not a class of this governor"))
+    }
 }
 
 thread_local! {
@@ -102,6 +130,8 @@ impl NativeGovernor {
             route_numbers: HashMap::new(),
             classes: vec![ClassId::default()],
             permits: Permits::default(),
+            profiles: Vec::new(),
+            events: None,
         };
         let id = GOVERNORS.with(|table| {
             let mut table = table.borrow_mut();
@@ -119,7 +149,8 @@ impl NativeGovernor {
         Ok(NativeGovernor { id: id as u32 })
     }
 
-    fn with<R>(&self, env: &Env, f: impl FnOnce(&mut State) -> llmgov::Result<R>) -> Result<R> {
+    /// Runs `f` on this governor's state, throwing its error.
+    pub(crate) fn with<R>(&self, env: &Env, f: impl FnOnce(&mut State) -> llmgov::Result<R>) -> Result<R> {
         with(self.id, f).or_throw(env)
     }
 }
@@ -155,13 +186,7 @@ impl NativeGovernor {
     pub fn route(&self, env: Env, paths: Vec<String>) -> Result<u32> {
         self.with(&env, |s| {
             let route = s.gov.route(&paths)?;
-            if let Some(&number) = s.route_numbers.get(&route.index()) {
-                return Ok(number);
-            }
-            let number = s.routes.len() as u32;
-            s.routes.push(route);
-            s.route_numbers.insert(route.index(), number);
-            Ok(number)
+            Ok(s.route_number(route))
         })
     }
 
@@ -212,12 +237,17 @@ impl NativeGovernor {
         })
     }
 
-    /// Classifies a provider's answer to a request on `route` and feeds it
-    /// back into the route's provider scopes.
+    /// Classifies a provider's answer to the request of permit `handle` on
+    /// `route` and feeds it back into the route's provider scopes. While the
+    /// permit is held, the answer is dated by it (a 429 for a request sent
+    /// before the last AIMD decrease lowers the rate no further, a failure
+    /// sent before a breaker opened does not count again); once it is
+    /// reconciled, only the route is known.
     #[napi(catch_unwind)]
     pub fn report(
         &self,
         env: Env,
+        handle: f64,
         route: u32,
         status: u32,
         headers: Vec<String>,
@@ -226,7 +256,10 @@ impl NativeGovernor {
         let (classification, core) = classify(&env, status, &headers, &body, None, None)?;
         self.with(&env, |s| {
             let route = route_of(s, route)?;
-            s.gov.observe(route, &core)
+            match s.permits.get(handle) {
+                Some(permit) => s.gov.report_classified(permit, &core),
+                None => s.gov.observe(route, &core),
+            }
         })?;
         Ok(classification)
     }
@@ -235,6 +268,13 @@ impl NativeGovernor {
     #[napi(catch_unwind)]
     pub fn snapshot(&self, env: Env) -> Result<Snapshot> {
         self.with(&env, |s| Ok(snapshot(&s.gov.snapshot())))
+    }
+
+    /// Every limit, counter, breaker and queue now, in the Prometheus text
+    /// format (OpenMetrics), for a `/metrics` endpoint.
+    #[napi(catch_unwind)]
+    pub fn prometheus(&self, env: Env) -> Result<String> {
+        self.with(&env, |s| Ok(s.gov.prometheus()))
     }
 
     /// Every traffic class's waiting queue now.

@@ -114,9 +114,7 @@ fn try_acquire() -> llmgov::Result<f64> {
         if has_expected != 0.0 {
             request.expected_output_tokens = Some(count("expected_output_tokens", expected)?);
         }
-        let class = index("klass", class)?;
-        request.class =
-            *s.classes.get(class as usize).ok_or_else(|| invalid("klass", class, "not a class of this governor"))?;
+        request.class = s.class(index("klass", class)?)?;
         let permit = s.gov.try_acquire(&request)?;
         let now = permit.acquired_at();
         Ok(s.permits.insert(permit, now))

@@ -6,11 +6,13 @@
 //! TypeScript layer in `ts/`, which drives the classes and functions here.
 
 mod errors;
+mod events;
 mod feedback;
 mod governor;
 mod hot;
 mod numbers;
 mod permits;
+mod routing;
 mod snapshot;
 mod tokens;
 mod waiting;
@@ -19,6 +21,7 @@ pub use errors::register_error_factory;
 pub use feedback::{classify_response, Advice, AdviceReason, Classification, RetryOptions, RetryPolicy};
 pub use governor::{NativeGovernor, PermitInfo};
 pub use hot::{hot_add_output, hot_cancel, hot_settle, hot_try_acquire, register_args, throw_last_error};
+pub use routing::{ProfileArgs, ProfileGrant};
 pub use snapshot::{ClassMetrics, LimitSnapshot, QueueMetrics, ScopeSnapshot, Snapshot};
 pub use tokens::{count_chat_tokens, count_tokens, estimate_request, estimate_tokens, RequestEstimate};
 pub use waiting::{acquire_abort, acquire_error, acquire_start, AcquireArgs};

@@ -75,10 +75,7 @@ fn request(args: &AcquireArgs) -> llmgov::Result<(Governor, Request)> {
         if let Some(expected) = args.expected_output_tokens {
             request.expected_output_tokens = Some(count("expected_output_tokens", expected)?);
         }
-        request.class = *s
-            .classes
-            .get(args.class_number as usize)
-            .ok_or_else(|| invalid("klass", args.class_number, "not a class of this governor"))?;
+        request.class = s.class(args.class_number)?;
         if let Some(ms) = args.deadline_ms {
             request = request.deadline(millis("deadline_ms", ms)?);
         }

@@ -28,6 +28,34 @@ test("the README's quick start runs", () => {
   }
 });
 
+const ROUTING_OUTPUT = [
+  /^gpt-4o → openai\/org$/m,
+  /^gpt-4o → azure\/eastus$/m,
+  /^refused: rate_limited on openai\/org$/m,
+  /^llmgov_admitted_total 2$/m,
+  /^event: \{"event":"denied","code":"rate_limited","dimension":"tokens","klass":"","retryAfterMs":\d+,"scope":"openai\/org"\}$/m,
+];
+
+test("the README's routing, metrics and events example runs", () => {
+  const readme = readFileSync(join(root, 'README.md'), 'utf8');
+  const section = readme.split('## Routing, metrics and events')[1] ?? '';
+  const block = /```js\n([\s\S]*?)```/.exec(section)?.[1];
+  assert.ok(block, 'README.md has a routing example');
+  const file = join(root, 'examples', '.readme-routing.mjs');
+  writeFileSync(file, block);
+  try {
+    const out = run(file);
+    for (const line of ROUTING_OUTPUT) assert.match(out, line);
+  } finally {
+    rmSync(file);
+  }
+});
+
+test('examples/routing.mjs runs', () => {
+  const out = run(join(root, 'examples', 'routing.mjs'));
+  for (const line of ROUTING_OUTPUT) assert.match(out, line);
+});
+
 test("the repository README's Node quick start runs", () => {
   const readme = readFileSync(join(root, '..', 'README.md'), 'utf8');
   const section = readme.split('## Quick start (Node)')[1] ?? '';

@@ -4,16 +4,20 @@ import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
 
 import {
+  CircuitOpenError,
   Classification,
   countChatTokens,
   countTokens,
   governedFetch,
   Governor,
+  GovernorEvent,
   LlmgovError,
   Permit,
+  Profile,
   RateLimitedError,
   RetryPolicy,
   Route,
+  RoutedPermit,
   Snapshot,
   classifyResponse,
 } from '..';
@@ -42,6 +46,42 @@ try {
 const advice = new RetryPolicy({ maxRetries: 3 }).advise({ attempt: 0, status: 429 });
 const delay: number | undefined = advice.delayMs;
 const k = classifyResponse(200, new Headers()).kind;
+
+const profile: Profile = gov.profile('gpt-4o', ['tenants/acme']);
+const routed: RoutedPermit = gov.tryAcquireProfile({ profile, inputTokens: 1, klass: 'eval' });
+const placed: [string, string, boolean, boolean] = [routed.profile, routed.deployment, routed.fellBack, routed.degraded];
+const asPermit: Permit = gov.tryAcquireProfile({ profile: 'gpt-4o', consumer: ['tenants/acme'], messages: [] });
+const metrics: string = gov.prometheus();
+const stop: () => void = gov.onEvent((event: GovernorEvent) => {
+  switch (event.event) {
+    case 'denied': {
+      const wait: number | null = event.retryAfterMs;
+      const klass: string = event.klass;
+      void [wait, klass];
+      break;
+    }
+    case 'provider_rejected': {
+      const scopes: string[] = event.scopes;
+      void scopes;
+      break;
+    }
+    case 'breaker_changed': {
+      const state: 'open' | 'closed' = event.state;
+      void state;
+      break;
+    }
+  }
+});
+const dropped: number = gov.droppedEvents();
+try {
+  routed.cancel();
+} catch (e) {
+  if (e instanceof CircuitOpenError) {
+    const probeIn: number = e.retryAfterMs;
+    void probeIn;
+  }
+}
+void [placed, asPermit, metrics, stop, dropped];
 
 const openai = new OpenAI({ apiKey: 'x', maxRetries: 0, fetch: governedFetch(gov, fetch, { paths: ['openai/org/gpt-4o'] }) });
 const anthropic = new Anthropic({ apiKey: 'x', maxRetries: 0, fetch: governedFetch(gov, fetch, { paths: (r) => [`anthropic/${r.body?.model}`] }) });

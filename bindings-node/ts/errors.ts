@@ -36,6 +36,18 @@ export class RateLimitedError extends LlmgovError {
   declare readonly gatewayDecision: 'rejected_locally';
 }
 
+/**
+ * A provider scope's circuit breaker is open after consecutive failures;
+ * nothing was reserved. After `retryAfterMs` one request goes through as a
+ * probe, and its success closes the breaker.
+ */
+export class CircuitOpenError extends LlmgovError {
+  /** The provider scope whose breaker is open. */
+  declare readonly scope: string;
+  /** Milliseconds until the breaker lets the next probe through (rounded up). */
+  declare readonly retryAfterMs: number;
+}
+
 /** The request costs more than a limit can ever hold: never retry it as is. */
 export class NeverFitsError extends LlmgovError {
   /** Path of the scope whose limit is too small. */
@@ -120,6 +132,7 @@ export class QueueFullError extends LlmgovError {
 const CLASSES: Record<string, new (message: string, code: string) => LlmgovError> = {
   rate_limited: RateLimitedError,
   never_fits: NeverFitsError,
+  circuit_open: CircuitOpenError,
   invalid_config: InvalidConfigError,
   invalid_path: InvalidPathError,
   unknown_scope: UnknownScopeError,

@@ -5,12 +5,13 @@
  */
 import { readFileSync } from 'node:fs';
 
-import native, { Classification, PermitInfo, QueueMetrics, Snapshot } from './native';
+import native, { Classification, PermitInfo, QueueMetrics, ProfileGrant, Snapshot } from './native';
 import { invalidArgument } from './errors';
 import { AnyUsage, normalizeUsage } from './usage';
 import { flattenHeaders, HeadersLike } from './headers';
 import { BodyLike, bodyText, checkStatus } from './feedback';
 import { countChatTokens, countTokens } from './tokens';
+import { dispatcher, EventListener } from './events';
 
 export type { ClassMetrics, LimitSnapshot, PermitInfo, QueueMetrics, ScopeSnapshot, Snapshot } from './native';
 
@@ -27,6 +28,12 @@ native.registerArgs(ARGS);
 
 /** A resolved set of scopes: a number, valid only with the governor that made it. */
 export type Route = number & { readonly __llmgovRoute: unique symbol };
+
+/**
+ * A model profile resolved for one consumer by {@link Governor.profile}: a
+ * number, valid only with the governor that made it.
+ */
+export type Profile = number & { readonly __llmgovProfile: unique symbol };
 
 /** The clock a governor reads: the real monotonic one, or a manual one for tests. */
 export type ClockKind = 'monotonic' | 'manual';
@@ -61,6 +68,19 @@ export interface AcquireRequest {
   expectedOutputTokens?: number;
   /** A traffic class name, e.g. `batch` (output lengths are learned per class). */
   klass?: string;
+}
+
+/**
+ * What {@link Governor.tryAcquireProfile} reserves: a request, by model
+ * profile rather than by route. Give `profile` as a name (with the
+ * `consumer` paths charged on every deployment, e.g. `['tenants/acme']`;
+ * resolved once and cached) or as a {@link Profile}.
+ */
+export interface ProfileRequest extends Omit<AcquireRequest, 'route' | 'paths'> {
+  /** A profile name from the config's `[profiles.NAME]`, or a resolved {@link Profile}. */
+  profile: string | Profile;
+  /** The consumer's scope paths, with a profile name (none by default). */
+  consumer?: readonly string[];
 }
 
 /** What {@link Governor.acquire} waits for: a request, and how to wait. */
@@ -218,7 +238,7 @@ export class Permit {
   }
 
   #report(status: number, headers: HeadersLike | null | undefined, body: BodyLike): Classification {
-    return this.#gov.report(this.route, checkStatus(status), flattenHeaders(headers), bodyText(body));
+    return this.#gov.report(this.#handle, this.route, checkStatus(status), flattenHeaders(headers), bodyText(body));
   }
 
   #finish(op: () => number, state: PermitState): void {
@@ -233,6 +253,33 @@ export class Permit {
 }
 
 /**
+ * A permit granted through a model profile: a {@link Permit} on the chosen
+ * deployment's route, saying where it went.
+ */
+export class RoutedPermit extends Permit {
+  /** The profile that served it: the one asked for, or a fallback's. */
+  readonly profile: string;
+  /** The chosen deployment's scope path, e.g. `azure/eastus`. */
+  readonly deployment: string;
+  /** Whether it left the profile asked for because every deployment refused (only where its class may). */
+  readonly fellBack: boolean;
+  /**
+   * Whether it left the profile asked for because a cost budget passed the
+   * profile's `budget.degrade_at` (served by its cheaper `degrade_to`).
+   */
+  readonly degraded: boolean;
+
+  /** @internal Made by {@link Governor.tryAcquireProfile}. */
+  constructor(gov: NativeGovernor, id: number, routed: ProfileGrant) {
+    super(gov, id, routed.handle, routed.route as Route);
+    this.profile = routed.profile;
+    this.deployment = routed.deployment;
+    this.fellBack = routed.fellBack;
+    this.degraded = routed.degraded;
+  }
+}
+
+/**
  * A rate-limit governor: reserves every limit a request is subject to, on
  * every scope it touches, all at once or not at all; reconciles afterwards.
  */
@@ -241,6 +288,8 @@ export class Governor {
   readonly #id: number;
   readonly #routes = new Map<string, Route>();
   readonly #classes = new Map<string, number>();
+  readonly #profiles = new Map<string, Profile>();
+  readonly #listeners = new Set<EventListener>();
 
   private constructor(gov: NativeGovernor) {
     this.#native = gov;
@@ -304,6 +353,53 @@ export class Governor {
     const handle = native.hotTryAcquire();
     if (handle < 0) native.throwLastError();
     return new Permit(this.#native, this.#id, handle, route);
+  }
+
+  /**
+   * Resolves model profile `name` (a `[profiles.NAME]` of the config) and
+   * its fallback chain for a consumer's scope paths, once; later calls hit
+   * a cache. Every deployment's route charges the consumer's scopes too.
+   */
+  profile(name: string, consumer: readonly string[] = []): Profile {
+    if (typeof name !== 'string') throw invalidArgument('profile', name, 'must be a profile name');
+    if (!Array.isArray(consumer)) throw invalidArgument('consumer', consumer, 'must be an array of scope paths');
+    const key = [name, ...consumer].join('\u0000');
+    let profile = this.#profiles.get(key);
+    if (profile === undefined) {
+      for (const p of consumer) if (typeof p !== 'string') throw invalidArgument('consumer', p, 'must hold strings');
+      profile = this.#native.profile(name, consumer as string[]) as Profile;
+      this.#profiles.set(key, profile);
+    }
+    return profile;
+  }
+
+  /**
+   * Reserves now on the profile's deployment with the most normalized
+   * headroom (the least, over its provider limits, of available ÷ limit),
+   * skipping deployments whose breaker is open and trying the next when one
+   * refuses; when all refuse, falls back along the profile's chain if the
+   * request's class may (`fallback_allowed`). Past a cost budget's
+   * `degrade_at` it goes to the profile's cheaper `degrade_to` (where the
+   * class may leave; else, and past `refuse_at`, it is refused on the
+   * `cost` dimension). Returns a
+   * {@link RoutedPermit} saying which profile and deployment took it, or
+   * throws the refusal of the profile asked for: {@link RateLimitedError},
+   * {@link CircuitOpenError} (every breaker open) or {@link NeverFitsError}.
+   */
+  tryAcquireProfile(request: ProfileRequest): RoutedPermit {
+    if (request === null || typeof request !== 'object') {
+      throw invalidArgument('request', request, "must be an object such as { profile: 'gpt-4o', inputTokens }");
+    }
+    const expected = request.expectedOutputTokens;
+    const routed = this.#native.tryAcquireProfile({
+      profile: this.#profileOf(request),
+      inputTokens: this.#inputOf(request),
+      cachedInputTokens: optionalCount('cachedInputTokens', request.cachedInputTokens),
+      maxOutputTokens: optionalCount('maxOutputTokens', request.maxOutputTokens),
+      expectedOutputTokens: expected === undefined ? undefined : count('expectedOutputTokens', expected),
+      classNumber: request.klass === undefined ? 0 : this.#classOf(request.klass),
+    });
+    return new RoutedPermit(this.#native, this.#id, routed);
   }
 
   /**
@@ -397,6 +493,40 @@ export class Governor {
     return this.#native.snapshot();
   }
 
+  /**
+   * Every limit, counter, breaker and queue now, in the Prometheus text
+   * format (OpenMetrics: `llmgov_limit`, `llmgov_limit_effective`,
+   * `llmgov_in_use`, `llmgov_utilisation`, `llmgov_admitted_total`,
+   * `llmgov_breaker`, …), to serve on a `/metrics` endpoint.
+   */
+  prometheus(): string {
+    return this.#native.prometheus();
+  }
+
+  /**
+   * Calls `listener` with every event from now on: each request llmgov
+   * refuses (`denied`), each provider refusal reported (`provider_rejected`)
+   * and each breaker change (`breaker_changed`), as a plain object. Events
+   * arrive asynchronously, in order, on this thread, after the call that
+   * caused them returned. Returns the function that removes the listener.
+   *
+   * The listeners never keep the process alive; one that throws is reported
+   * as a process warning, never crashes it (see `GovernorEvent`).
+   */
+  onEvent(listener: EventListener): () => void {
+    if (typeof listener !== 'function') throw invalidArgument('listener', listener, 'must be a function of the event');
+    if (this.#listeners.size === 0) this.#native.setEventListener(dispatcher(this.#listeners));
+    this.#listeners.add(listener);
+    return () => {
+      if (this.#listeners.delete(listener) && this.#listeners.size === 0) this.#native.setEventListener(null);
+    };
+  }
+
+  /** Events dropped because more than 4096 were waiting for this thread. */
+  droppedEvents(): number {
+    return this.#native.droppedEvents();
+  }
+
   /** Moves a manual clock forward by `ms` milliseconds. */
   advance(ms: number): void {
     this.#native.advance(count('ms', ms));
@@ -423,7 +553,17 @@ export class Governor {
     return this.route(request.paths);
   }
 
-  #inputOf(request: AcquireRequest): number {
+  #profileOf(request: ProfileRequest): Profile {
+    const { profile, consumer } = request;
+    if (typeof profile === 'number') {
+      if (consumer !== undefined) throw invalidArgument('consumer', consumer, 'a resolved profile already has its consumer');
+      return profile;
+    }
+    if (typeof profile !== 'string') throw invalidArgument('profile', profile, 'must be a profile name or gov.profile(...)');
+    return this.profile(profile, consumer);
+  }
+
+  #inputOf(request: Omit<AcquireRequest, 'route' | 'paths'>): number {
     if (request.inputTokens !== undefined) return count('inputTokens', request.inputTokens);
     if (request.text !== undefined) return countTokens(request.text, request.model);
     if (request.messages !== undefined) return countChatTokens(request.messages, request.model ?? 'gpt-4o', request.tools);

@@ -10,10 +10,12 @@
  * permit.settle({ inputTokens: 1180, outputTokens: 212 });
  * ```
  */
-export { Governor, Permit } from './governor';
-export type { AcquireRequest, APIErrorLike, WaitRequest, ClockKind, GovernorOptions, PermitState, ResponseLike, Route } from './governor';
+export { Governor, Permit, RoutedPermit } from './governor';
+export type { AcquireRequest, APIErrorLike, WaitRequest, ClockKind, GovernorOptions, PermitState, Profile, ProfileRequest, ResponseLike, Route } from './governor';
+export type { BreakerChangedEvent, DeniedEvent, EventListener, GovernorEvent, ProviderRejectedEvent } from './events';
 export type { ClassMetrics, LimitSnapshot, PermitInfo, QueueMetrics, ScopeSnapshot, Snapshot } from './governor';
 export {
+  CircuitOpenError,
   DeadlineExceededError,
   InvalidConfigError,
   InvalidPathError,

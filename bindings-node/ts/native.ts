@@ -15,6 +15,7 @@ export type {
   QueueMetrics,
   RequestEstimate,
   RetryOptions,
+  ProfileGrant,
   ScopeSnapshot,
   Snapshot,
 } from '../index.js';

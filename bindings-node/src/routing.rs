@@ -1,0 +1,97 @@
+//! Acquiring by model profile. The core's [`llmgov::Governor::try_acquire_profile`]
+//! chooses the deployment (the most normalized headroom, open breakers
+//! skipped, failover on refusal, the fallback chain where the class may,
+//! the cheaper profile past a cost budget's threshold);
+//! this file keeps each resolved profile behind a number, as routes are, and
+//! hands back the permit with where it went.
+
+use llmgov::Request;
+use napi::{Env, Result};
+use napi_derive::napi;
+
+use crate::errors::invalid;
+use crate::governor::NativeGovernor;
+use crate::numbers::count;
+
+/// A request to admit through a resolved profile.
+#[napi(object)]
+pub struct ProfileArgs {
+    /// The profile number from `profile`.
+    pub profile: u32,
+    /// Estimated prompt tokens.
+    pub input_tokens: f64,
+    /// Part of them expected from the prompt cache.
+    pub cached_input_tokens: f64,
+    /// The request's `max_tokens`.
+    pub max_output_tokens: f64,
+    /// The output expected, if known.
+    pub expected_output_tokens: Option<f64>,
+    /// Class number (0 is the default class); the class also decides
+    /// whether the request may fall back.
+    pub class_number: u32,
+}
+
+/// A permit granted through a profile, and where it was placed.
+#[napi(object)]
+pub struct ProfileGrant {
+    /// The permit's handle.
+    pub handle: f64,
+    /// The route number of the chosen deployment plus the consumer's scopes
+    /// (the route the permit is charged on, and reports go to).
+    pub route: u32,
+    /// The profile that served it: the one asked for, or a fallback's.
+    pub profile: String,
+    /// The chosen deployment's scope path.
+    pub deployment: String,
+    /// Whether it left the profile asked for because every deployment
+    /// refused (the fallback chain).
+    pub fell_back: bool,
+    /// Whether it left the profile asked for because a cost budget passed
+    /// the profile's `degrade_at` threshold (its cheaper `degrade_to`).
+    pub degraded: bool,
+}
+
+#[napi]
+impl NativeGovernor {
+    /// Resolves profile `name` and its fallback chain for the consumer's
+    /// scope paths (charged on every deployment too) into a profile number.
+    #[napi(catch_unwind)]
+    pub fn profile(&self, env: Env, name: String, consumer: Vec<String>) -> Result<u32> {
+        self.with(&env, |s| {
+            let profile = s.gov.profile(&name, &consumer)?;
+            s.profiles.push(profile);
+            Ok((s.profiles.len() - 1) as u32)
+        })
+    }
+
+    /// Admits the request on the profile's roomiest deployment that takes
+    /// it, or throws the refusal (that of the profile asked for).
+    #[napi(catch_unwind)]
+    pub fn try_acquire_profile(&self, env: Env, request: ProfileArgs) -> Result<ProfileGrant> {
+        self.with(&env, |s| {
+            let profile = s
+                .profiles
+                .get(request.profile as usize)
+                .ok_or_else(|| invalid("profile", request.profile, "not a profile of this governor"))?;
+            let mut core = Request::new(profile.primary())
+                .input_tokens(count("input_tokens", request.input_tokens)?)
+                .cached_input_tokens(count("cached_input_tokens", request.cached_input_tokens)?)
+                .max_output_tokens(count("max_output_tokens", request.max_output_tokens)?);
+            if let Some(expected) = request.expected_output_tokens {
+                core.expected_output_tokens = Some(count("expected_output_tokens", expected)?);
+            }
+            core.class = s.class(request.class_number)?;
+            let routed = s.gov.try_acquire_profile(profile, &core)?;
+            let route = s.route_number(routed.permit.route());
+            let now = routed.permit.acquired_at();
+            Ok(ProfileGrant {
+                handle: s.permits.insert(routed.permit, now),
+                route,
+                profile: routed.profile.to_string(),
+                deployment: routed.deployment.to_string(),
+                fell_back: routed.fell_back,
+                degraded: routed.degraded,
+            })
+        })
+    }
+}
