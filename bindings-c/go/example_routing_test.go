@@ -20,7 +20,7 @@ deployments = ["openai/key-1", "azure/eastus"]
 `
 
 // Two deployments of one model: the second takes over when the first is
-// full, and the refusals reach the event callback.
+// full, and a request both refuse reaches the event callback, once.
 func ExampleGovernor_TryAcquireProfile() {
 	gov, err := llmgov.FromTOML(exampleProfiles, llmgov.WithClock(llmgov.NewManualClock(0)))
 	if err != nil {
@@ -53,7 +53,6 @@ func ExampleGovernor_TryAcquireProfile() {
 	// gpt-4o on openai/key-1
 	// gpt-4o on azure/eastus
 	// event: denied rate_limited by openai/key-1
-	// event: denied rate_limited by azure/eastus
 	// refused: llmgov: rate limited on scope `openai/key-1`, dimension requests; retry after 60000 ms
 }
 

@@ -158,22 +158,42 @@ impl Governor {
     /// [`crate::Error::NeverFits`] (never retry). Where limits reserve the
     /// expected output and the request names none, the learned one is used.
     pub fn try_acquire(&self, request: &Request) -> Result<Permit> {
-        let now = self.clock.now();
-        let result = if self.ledger.reserves_expected_output() && request.expected_output_tokens.is_none() {
-            let expected = self.expected_output(request.route, request.class, Some(request.max_output_tokens));
-            self.ledger.try_acquire(&Request { expected_output_tokens: Some(expected), ..*request }, now)
-        } else {
-            self.ledger.try_acquire(request, now)
-        };
+        let result = self.reserve(request, Ledger::try_acquire);
         if let Err(error) = &result {
             self.denied(error, request);
         }
         result
     }
 
+    /// [`Self::try_acquire`] counting and telling of no refusal: routing
+    /// tries several deployments and reports only the request's final
+    /// refusal (with [`Self::refused`]).
+    pub(crate) fn try_acquire_quietly(&self, request: &Request) -> Result<Permit> {
+        self.reserve(request, Ledger::try_acquire_uncounted)
+    }
+
+    /// Counts a refusal that [`Self::try_acquire_quietly`] left uncounted,
+    /// and tells the hook.
+    #[cold]
+    pub(crate) fn refused(&self, error: &crate::Error, request: &Request) {
+        self.ledger.count_refusal(error);
+        self.denied(error, request);
+    }
+
+    #[inline]
+    fn reserve(&self, request: &Request, acquire: impl Fn(&Ledger, &Request, u64) -> Result<Permit>) -> Result<Permit> {
+        let now = self.clock.now();
+        if self.ledger.reserves_expected_output() && request.expected_output_tokens.is_none() {
+            let expected = self.expected_output(request.route, request.class, Some(request.max_output_tokens));
+            acquire(&self.ledger, &Request { expected_output_tokens: Some(expected), ..*request }, now)
+        } else {
+            acquire(&self.ledger, request, now)
+        }
+    }
+
     /// Tells the hook (and `tracing`) of a refusal.
     #[cold]
-    pub(crate) fn denied(&self, error: &crate::Error, request: &Request) {
+    fn denied(&self, error: &crate::Error, request: &Request) {
         tracing::debug!(%error, "llmgov refused a request");
         self.events.tally.denied(error);
         if self.events.hooked() {
@@ -343,15 +363,15 @@ impl Governor {
     pub fn acquire_blocking(&self, request: &Request, timeout: Option<std::time::Duration>) -> Result<Permit> {
         let _span =
             tracing::debug_span!("llmgov.acquire_blocking", class = self.learning.name(request.class)).entered();
-        let result = match self.enter(request, timeout) {
+        match self.enter(request, timeout) {
             Ok(Ok(permit)) => Ok(permit),
+            // The guard tells of a refusal after waiting itself.
             Ok(Err(guard)) => guard.wait(),
-            Err(error) => Err(error),
-        };
-        if let Err(error) = &result {
-            self.denied(error, request);
+            Err(error) => {
+                self.denied(&error, request);
+                Err(error)
+            }
         }
-        result
     }
 
     /// Queues a request: its permit if admitted at once, else its guard.
@@ -368,13 +388,16 @@ impl Governor {
         let name = self.learning.name(request.class);
         match self.waiting.enter(&self.ledger, &self.clock, request, name, timeout)? {
             crate::scheduler::Entry::Admitted(permit) => Ok(Ok(permit)),
-            crate::scheduler::Entry::Waiting(id, slot) => Ok(Err(crate::scheduler::Guard::new(
-                self.waiting.clone(),
-                self.ledger.clone(),
-                self.clock.clone(),
+            crate::scheduler::Entry::Waiting(id, slot) => Ok(Err(crate::scheduler::Guard {
+                waiting: self.waiting.clone(),
+                ledger: self.ledger.clone(),
+                clock: self.clock.clone(),
                 id,
                 slot,
-            ))),
+                events: self.events.clone(),
+                class: name.into(),
+                answered: false,
+            })),
         }
     }
 

@@ -120,6 +120,16 @@ impl Governor {
     /// roomiest deployment that could admit the request later (which scope
     /// and dimension refused, and when to retry), else why it never fits.
     pub fn try_acquire_profile(&self, profile: &ProfileRoute, request: &Request) -> Result<Routed> {
+        let result = self.route_request(profile, request);
+        // One request, one refusal: however many deployments it tried.
+        if let Err(error) = &result {
+            self.refused(error, request);
+        }
+        result
+    }
+
+    /// [`Self::try_acquire_profile`], counting and telling of no refusal.
+    fn route_request(&self, profile: &ProfileRoute, request: &Request) -> Result<Routed> {
         let class = self.class_name(request.class).to_owned();
         let mut first_refusal = None;
         for (depth, link) in profile.chain.iter().enumerate() {
@@ -134,7 +144,7 @@ impl Governor {
             first_refusal.get_or_insert(refusal.error);
             if let (true, Some((_, cheaper))) = (refusal.degrade, link.budget.as_ref().and_then(|b| b.degrade.as_ref()))
             {
-                match self.try_acquire_profile(cheaper, request) {
+                match self.route_request(cheaper, request) {
                     Ok(routed) => {
                         return Ok(Routed { degraded: true, fell_back: routed.fell_back || depth > 0, ..routed })
                     }
@@ -164,13 +174,13 @@ impl Governor {
         let mut degrade = false;
         for (_, i) in ranked {
             let (deployment, route) = &link.deployments[i];
-            let outcome = match self.budget_verdict(link, *route, request, may_leave, now) {
+            let outcome = match self.budget_verdict(link, *route, may_leave, now) {
                 Ok(Verdict::Degrade(error)) => {
                     degrade = true;
                     Err(error)
                 }
                 Ok(Verdict::Refuse(error)) | Err(error) => Err(error),
-                Ok(Verdict::Go) => self.try_acquire(&Request { route: *route, ..*request }),
+                Ok(Verdict::Go) => self.try_acquire_quietly(&Request { route: *route, ..*request }),
             };
             match outcome {
                 Ok(permit) => return Ok((deployment.clone(), permit)),
@@ -186,30 +196,17 @@ impl Governor {
     }
 
     /// What the profile's budget thresholds say of a deployment's route.
-    fn budget_verdict(
-        &self,
-        link: &Link,
-        route: Route,
-        request: &Request,
-        may_leave: bool,
-        now: u64,
-    ) -> Result<Verdict> {
+    fn budget_verdict(&self, link: &Link, route: Route, may_leave: bool, now: u64) -> Result<Verdict> {
         let Some(thresholds) = &link.budget else { return Ok(Verdict::Go) };
         let Some(spent) = self.ledger().budget_spent(route, now)? else { return Ok(Verdict::Go) };
-        let refuse = |at: f64| {
-            let error = self.ledger().budget_refusal(&spent, at, true, now);
-            self.denied(&error, request);
-            Verdict::Refuse(error)
-        };
+        let refusal = |at: f64| self.ledger().budget_refusal(&spent, at, now);
         if let Some(at) = thresholds.refuse_at.filter(|&at| spent.fraction >= at) {
-            return Ok(refuse(at));
+            return Ok(Verdict::Refuse(refusal(at)));
         }
         match &thresholds.degrade {
             // A class that may not leave the profile is refused instead.
-            Some((at, _)) if spent.fraction >= *at && !may_leave => Ok(refuse(*at)),
-            Some((at, _)) if spent.fraction >= *at => {
-                Ok(Verdict::Degrade(self.ledger().budget_refusal(&spent, *at, false, now)))
-            }
+            Some((at, _)) if spent.fraction >= *at && !may_leave => Ok(Verdict::Refuse(refusal(*at))),
+            Some((at, _)) if spent.fraction >= *at => Ok(Verdict::Degrade(refusal(*at))),
             _ => Ok(Verdict::Go),
         }
     }

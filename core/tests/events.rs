@@ -88,3 +88,48 @@ fn a_refusal_at_the_queue_is_a_denial_too() {
         "{events:?}"
     );
 }
+
+#[test]
+fn a_refusal_after_waiting_reaches_the_hook_once_from_the_future_and_the_blocking_call() {
+    // One in flight at once: a waiter's wait depends on a release, so it is
+    // queued (not refused at once) and refused when its deadline passes.
+    let (gov, clock, seen) = hooked(json!({
+        "scopes": {"p": {"limits": [{"dimension": "concurrency", "amount": 1}]}},
+    }));
+    let route = gov.route(&["p"]).unwrap();
+    let _held = gov.try_acquire(&Request::new(route)).unwrap();
+    let request = Request::new(route).deadline(Duration::from_secs(5)).class(gov.class("batch"));
+    let mut waiting = gov.acquire(&request);
+    assert!(waiting.is_waiting());
+    assert!(seen.lock().unwrap().is_empty());
+    clock.advance(Duration::from_secs(6));
+    gov.wake_waiters();
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::future::Future::poll(std::pin::Pin::new(&mut waiting), &mut context) {
+        std::task::Poll::Ready(Err(Error::DeadlineExceeded { .. })) => {}
+        other => panic!("expected a deadline refusal, got {other:?}"),
+    }
+    // A blocking wait, refused the same way on its own thread, told once too.
+    let gov = Arc::new(gov);
+    let waiter = {
+        let gov = gov.clone();
+        std::thread::spawn(move || gov.acquire_blocking(&request, None))
+    };
+    while gov.queue_metrics().depth == 0 {
+        std::thread::yield_now();
+    }
+    clock.advance(Duration::from_secs(6));
+    gov.wake_waiters();
+    assert!(matches!(waiter.join().unwrap(), Err(Error::DeadlineExceeded { .. })));
+    let events = seen.lock().unwrap().clone();
+    let deadlines: Vec<_> = events
+        .iter()
+        .filter(|e| matches!(e, Event::Denied { code: "deadline_exceeded", class, .. } if class == "batch"))
+        .collect();
+    assert_eq!(deadlines.len(), 2, "{events:?}");
+    let text = gov.prometheus();
+    assert!(
+        text.contains(r#"llmgov_refusals_total{dimension="none",gateway_decision="rejected_locally"} 2"#),
+        "{text}"
+    );
+}

@@ -59,6 +59,7 @@ fn a_refused_deployment_fails_over_and_an_open_breaker_is_skipped() {
     assert_eq!(&*on_openai.deployment, "openai/org/key-1");
     let on_azure = gov.try_acquire_profile(&profile, &request).unwrap();
     assert_eq!(&*on_azure.deployment, "azure/eastus", "the org pool cannot take 7000 more");
+    assert_eq!(gov.snapshot().rate_limited, 0, "a failover is no refusal");
 
     let fresh = build();
     let profile = fresh.profile("gpt-4o", &["tenants/acme"]).unwrap();
@@ -76,10 +77,16 @@ fn fallback_follows_the_chain_only_where_the_class_allows() {
     let big = Request::new(profile.primary()).input_tokens(9000);
     assert_eq!(&*gov.try_acquire_profile(&profile, &big).unwrap().deployment, "openai/org/key-1");
     let eval = big.class(gov.class("eval"));
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    gov.set_event_hook(Arc::new(move |event: &llmgov::events::Event| log.lock().unwrap().push(event.clone()))).unwrap();
     match gov.try_acquire_profile(&profile, &eval) {
         Err(Error::RateLimited { scope, .. }) => assert_eq!(&*scope, "openai/org", "refused with the reason"),
         other => panic!("eval may not fall back: {other:?}"),
     }
+    // Three deployments refused it, and it is one refusal.
+    assert_eq!(gov.snapshot().rate_limited, 1);
+    assert_eq!(seen.lock().unwrap().len(), 1, "{:?}", seen.lock().unwrap());
     let batch = big.class(gov.class("batch"));
     let routed = gov.try_acquire_profile(&profile, &batch).unwrap();
     assert!(routed.fell_back);

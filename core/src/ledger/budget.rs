@@ -2,7 +2,6 @@
 //! have fallen below a threshold again: what a profile's budget thresholds
 //! (degrade, refuse) are checked against.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::permit::Route;
@@ -43,18 +42,13 @@ impl Ledger {
 
     /// The refusal of a request because `spent` is at or past `threshold`
     /// of its budget: a rate limit on the budget's scope and the `cost`
-    /// dimension, until the spend has fallen below the threshold. It is
-    /// counted as a rate limit if `counted` (and not when the request is
-    /// passed on to a cheaper profile instead).
+    /// dimension, until the spend has fallen below the threshold.
     #[cold]
-    pub(crate) fn budget_refusal(&self, spent: &Spent, threshold: f64, counted: bool, now: u64) -> Error {
+    pub(crate) fn budget_refusal(&self, spent: &Spent, threshold: f64, now: u64) -> Error {
         let scope = self.registry.get(spent.scope);
         let (limit, bucket) = (&scope.limits[spent.limit], &scope.buckets[spent.limit]);
         let below = ((threshold * limit.amount as f64).ceil() as u64).saturating_sub(1);
         let at = limit.spent_at_most_at(bucket, below, now);
-        if counted {
-            self.refusals.rate_limited.fetch_add(1, Ordering::Relaxed);
-        }
         Error::RateLimited {
             scope: scope.path.clone(),
             dimension: Dimension::Cost,

@@ -153,7 +153,42 @@ impl Ledger {
     /// Reserves every limit of every scope on the request's route at `now`,
     /// or nothing. A provider scope whose breaker is open refuses with
     /// [`Error::CircuitOpen`]; after its pause, one request goes as the probe.
+    #[inline]
     pub fn try_acquire(&self, request: &Request, now: u64) -> Result<Permit> {
+        self.acquire::<true>(request, now)
+    }
+
+    /// [`Self::try_acquire`], counting no refusal: for routing, which tries
+    /// several deployments and counts only the request's final refusal
+    /// (with [`Self::count_refusal`]).
+    #[inline]
+    pub(crate) fn try_acquire_uncounted(&self, request: &Request, now: u64) -> Result<Permit> {
+        self.acquire::<false>(request, now)
+    }
+
+    /// `error`, counted if `COUNTED`.
+    #[inline]
+    fn counted<const COUNTED: bool>(&self, error: Error) -> Error {
+        if COUNTED {
+            self.count_refusal(&error);
+        }
+        error
+    }
+
+    /// Counts a refusal in the snapshot's counters.
+    #[cold]
+    pub(crate) fn count_refusal(&self, error: &Error) {
+        let counter = match error {
+            Error::RateLimited { .. } => &self.refusals.rate_limited,
+            Error::NeverFits { .. } => &self.refusals.never_fits,
+            Error::CircuitOpen { .. } => &self.refusals.circuit_open,
+            _ => return,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// [`Self::try_acquire`], counting its refusal if `COUNTED`.
+    fn acquire<const COUNTED: bool>(&self, request: &Request, now: u64) -> Result<Permit> {
         self.check_route(request.route)?;
         let estimate = request.estimate();
         estimate.validate()?;
@@ -177,7 +212,8 @@ impl Ledger {
                             if cost > limit.burst { Err(None) } else { limit.try_reserve(bucket, cost, now, self.ttl) };
                         if let Err(retry_at) = refused {
                             self.rollback(scopes, s, l, &costs, now, &mut paced);
-                            return Err(self.refusal(scopes, &costs, scope, limit, retry_at, now));
+                            let error = self.refusal(scopes, &costs, scope, limit, retry_at, now);
+                            return Err(self.counted::<COUNTED>(error));
                         }
                     }
                     continue;
@@ -185,7 +221,7 @@ impl Ledger {
                 Some(adaptation) => match adaptation.breaker.gate(now) {
                     Gate::Open(until) => {
                         self.rollback(scopes, s, 0, &costs, now, &mut paced);
-                        return Err(self.circuit_open(scope, until, now));
+                        return Err(self.counted::<COUNTED>(self.circuit_open(scope, until, now)));
                     }
                     gate => {
                         probes |= matches!(gate, Gate::Probe(_));
@@ -195,11 +231,12 @@ impl Ledger {
             };
             if let Err((l, retry_at)) = reserved {
                 self.rollback(scopes, s, l, &costs, now, &mut paced);
-                return Err(self.refusal(scopes, &costs, scope, &scope.limits[l], retry_at, now));
+                let error = self.refusal(scopes, &costs, scope, &scope.limits[l], retry_at, now);
+                return Err(self.counted::<COUNTED>(error));
             }
         }
         if probes {
-            self.claim_probes(scopes, &costs, now, &mut paced)?;
+            self.claim_probes(scopes, &costs, now, &mut paced).map_err(|e| self.counted::<COUNTED>(e))?;
         }
         let index = self.ttl.index(now);
         self.pending.admitted(index);
@@ -272,7 +309,6 @@ impl Ledger {
 
     #[cold]
     fn circuit_open(&self, scope: &Scope, until: u64, now: u64) -> Error {
-        self.refusals.circuit_open.fetch_add(1, Ordering::Relaxed);
         Error::CircuitOpen { scope: scope.path.clone(), retry_after: Duration::from_nanos(until.saturating_sub(now)) }
     }
 
@@ -292,12 +328,10 @@ impl Ledger {
         for &id in scopes {
             let scope = self.registry.get(id);
             if let Some(limit) = scope.limits.iter().find(|l| l.cost(costs) > l.burst) {
-                self.refusals.never_fits.fetch_add(1, Ordering::Relaxed);
                 let (cost, burst) = (limit.cost(costs), limit.burst);
                 return Error::NeverFits { scope: scope.path.clone(), dimension: limit.dimension, cost, burst };
             }
         }
-        self.refusals.rate_limited.fetch_add(1, Ordering::Relaxed);
         Error::RateLimited {
             scope: scope.path.clone(),
             dimension: limit.dimension,

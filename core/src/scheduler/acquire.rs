@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 
 use super::waiting::{Slot, Waiting};
 use super::WaiterId;
+use crate::events::Events;
 use crate::{Clock, Ledger, Permit, Result};
 
 /// A request waiting for admission: resolves to its [`Permit`] or to why it
@@ -31,29 +32,35 @@ enum State {
 /// A queued waiter; dropped unanswered, it leaves the queue.
 #[derive(Debug)]
 pub(crate) struct Guard {
-    waiting: Arc<Waiting>,
-    ledger: Arc<Ledger>,
-    clock: Arc<dyn Clock>,
-    id: WaiterId,
-    slot: Arc<Slot>,
-    answered: bool,
+    pub waiting: Arc<Waiting>,
+    pub ledger: Arc<Ledger>,
+    pub clock: Arc<dyn Clock>,
+    pub id: WaiterId,
+    pub slot: Arc<Slot>,
+    /// Told of a refusal after waiting, on the waiter's own thread (where
+    /// no lock is held, as the hook's contract says).
+    pub events: Arc<Events>,
+    /// The request's traffic class, for the event.
+    pub class: Arc<str>,
+    pub answered: bool,
 }
 
 impl Guard {
-    pub fn new(
-        waiting: Arc<Waiting>,
-        ledger: Arc<Ledger>,
-        clock: Arc<dyn Clock>,
-        id: WaiterId,
-        slot: Arc<Slot>,
-    ) -> Self {
-        Guard { waiting, ledger, clock, id, slot, answered: false }
-    }
-
     /// Parks the calling thread until the answer comes.
     pub fn wait(mut self) -> Result<Permit> {
         let outcome = self.slot.wait();
+        self.answer(outcome)
+    }
+
+    fn answer(&mut self, outcome: Result<Permit>) -> Result<Permit> {
         self.answered = true;
+        if let Err(error) = &outcome {
+            tracing::debug!(%error, "llmgov refused a waiting request");
+            self.events.tally.denied(error);
+            if self.events.hooked() {
+                self.events.denied(error, &self.class);
+            }
+        }
         outcome
     }
 }
@@ -91,10 +98,7 @@ impl Future for Acquire {
             State::Done(outcome) => Poll::Ready(outcome.take().expect("Acquire polled after it completed")),
             State::Waiting(guard) if guard.answered => panic!("Acquire polled after it completed"),
             State::Waiting(guard) => match guard.slot.poll(cx.waker()) {
-                Some(outcome) => {
-                    guard.answered = true;
-                    Poll::Ready(outcome)
-                }
+                Some(outcome) => Poll::Ready(guard.answer(outcome)),
                 None => Poll::Pending,
             },
         }
