@@ -232,8 +232,8 @@ impl Governor {
         let (estimate, expected) = (permit.charged(), permit.charged_expected_output());
         self.ledger.settle(permit, actual, self.clock.now())?;
         let (learning, route) = (&self.learning, self.ledger.provider_route(permit.route()));
-        learning.accuracy.record(route, Side::Input, estimate.input_tokens, actual.input_tokens);
-        learning.accuracy.record(route, Side::Output, expected, actual.output_tokens);
+        let input = (estimate.input_tokens, actual.input_tokens);
+        learning.accuracy.record_request(route, input, (expected, actual.output_tokens));
         if self.ledger.reserves_expected_output() {
             learning.outputs.record(route, learning.name(permit.class()), actual.output_tokens);
         }

@@ -86,7 +86,7 @@ impl CoefficientConfig {
 /// ```
 pub struct InputCoefficients<R = Route> {
     config: CoefficientConfig,
-    routes: papaya::HashMap<R, Arc<AtomicU64>>,
+    routes: super::LearningMap<R, Arc<AtomicU64>>,
 }
 
 impl<R: Eq + Hash> std::fmt::Debug for InputCoefficients<R> {
@@ -100,7 +100,7 @@ impl<R: Copy + Eq + Hash> InputCoefficients<R> {
     /// Coefficients with no history, after checking `config`.
     pub fn new(config: CoefficientConfig) -> Result<Self> {
         config.validate()?;
-        Ok(InputCoefficients { config, routes: papaya::HashMap::new() })
+        Ok(InputCoefficients { config, routes: papaya::HashMap::with_hasher(Default::default()) })
     }
 
     /// Its configuration.
@@ -153,6 +153,19 @@ pub enum Side {
 /// error of exactly 0 rather than a bucket edge's 0 or 3%.
 const RATIO_ONE: u64 = (1 << 20) + (1 << 14);
 
+/// `actual ÷ estimated` in fixed point ([`RATIO_ONE`] is 1), at most the
+/// histogram's largest value.
+#[inline]
+fn ratio(estimated: u64, actual: u64) -> u64 {
+    match (estimated, actual) {
+        (0, 0) => RATIO_ONE,
+        (0, _) => Histogram::MAX_VALUE,
+        // Counts the ledger accepts stay below 2^40, so u64 holds the product.
+        (e, a) if a < 1 << 43 => (a * RATIO_ONE / e).min(Histogram::MAX_VALUE),
+        (e, a) => (a as u128 * RATIO_ONE as u128 / e as u128).min(Histogram::MAX_VALUE as u128) as u64,
+    }
+}
+
 /// A route's accuracy: one ratio histogram per side.
 #[derive(Debug)]
 struct RouteAccuracy {
@@ -190,7 +203,7 @@ pub struct ErrorSummary {
 /// ```
 pub struct Accuracy<R = Route> {
     half_life: u64,
-    routes: papaya::HashMap<R, Arc<RouteAccuracy>>,
+    routes: super::LearningMap<R, Arc<RouteAccuracy>>,
 }
 
 impl<R: Eq + Hash> std::fmt::Debug for Accuracy<R> {
@@ -204,31 +217,33 @@ impl<R: Copy + Eq + Hash> Accuracy<R> {
     /// Empty accuracy figures whose samples' weight halves every
     /// `half_life` samples per route and side (0: never), as in [`Histogram`].
     pub fn new(half_life: u64) -> Self {
-        Accuracy { half_life, routes: papaya::HashMap::new() }
+        Accuracy { half_life, routes: papaya::HashMap::with_hasher(Default::default()) }
     }
 
     /// Records one estimate and what it turned out to be. An estimate of 0
     /// with a non-zero actual counts as the largest error the histogram holds.
     pub fn record(&self, route: R, side: Side, estimated: u64, actual: u64) {
-        let ratio = if estimated == 0 {
-            if actual == 0 {
-                RATIO_ONE
-            } else {
-                Histogram::MAX_VALUE
-            }
-        } else {
-            // u128: `actual × RATIO_ONE` overflows u64 past 2^43 tokens.
-            (actual as u128 * RATIO_ONE as u128 / estimated as u128).min(Histogram::MAX_VALUE as u128) as u64
-        };
+        self.with_entry(route, |entry| match side {
+            Side::Input => entry.input.record(ratio(estimated, actual)),
+            Side::Output => entry.output.record(ratio(estimated, actual)),
+        })
+    }
+
+    /// Records both sides of one settled request, `(estimated, actual)`
+    /// each, with one lookup of the route.
+    pub fn record_request(&self, route: R, input: (u64, u64), output: (u64, u64)) {
+        self.with_entry(route, |entry| {
+            entry.input.record(ratio(input.0, input.1));
+            entry.output.record(ratio(output.0, output.1));
+        })
+    }
+
+    fn with_entry(&self, route: R, f: impl FnOnce(&RouteAccuracy)) {
         let map = self.routes.pin();
         let fresh = || {
             Arc::new(RouteAccuracy { input: Histogram::new(self.half_life), output: Histogram::new(self.half_life) })
         };
-        let entry = map.get_or_insert_with(route, fresh);
-        match side {
-            Side::Input => entry.input.record(ratio),
-            Side::Output => entry.output.record(ratio),
-        }
+        f(map.get_or_insert_with(route, fresh))
     }
 
     /// The `q` quantile of the relative error (`actual ÷ estimated − 1`),

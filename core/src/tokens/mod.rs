@@ -146,6 +146,10 @@ impl InputCounting {
     }
 }
 
+/// The map the learning keeps per route (and class): lock-free reads, and
+/// a fast hash, as its keys are the governor's own ids.
+pub(crate) type LearningMap<K, V> = papaya::HashMap<K, V, foldhash::fast::RandomState>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -308,7 +308,7 @@ impl<R: Eq> papaya::Equivalent<ClassKey<R>> for ClassRef<'_, R> {
 /// ```
 pub struct OutputModel<R = Route> {
     config: OutputConfig,
-    histograms: papaya::HashMap<ClassKey<R>, Arc<Histogram>>,
+    histograms: super::LearningMap<ClassKey<R>, Arc<Histogram>>,
 }
 
 impl<R: Eq + Hash> std::fmt::Debug for OutputModel<R> {
@@ -322,7 +322,7 @@ impl<R: Copy + Eq + Hash> OutputModel<R> {
     /// A model with no history, after checking `config`.
     pub fn new(config: OutputConfig) -> Result<Self> {
         config.validate()?;
-        Ok(OutputModel { config, histograms: papaya::HashMap::new() })
+        Ok(OutputModel { config, histograms: papaya::HashMap::with_hasher(Default::default()) })
     }
 
     /// Its configuration.
