@@ -26,10 +26,8 @@ import (
 // reserved. (If admission wins the race, the permit is returned.)
 //
 // The wait parks the calling goroutine's OS thread. On a manual clock,
-// call WakeWaiters after advancing it. With a ctx that can be cancelled, a
-// refusal that comes after waiting in the queue (a deadline reached) does
-// not reach OnEvent's fn; refusals at once do (the core's waiting future
-// reports neither; see the README).
+// call WakeWaiters after advancing it. Its refusals reach OnEvent's fn,
+// whether given at once or after waiting.
 func (g *Governor) Acquire(ctx context.Context, r Request) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -152,8 +152,7 @@ pub unsafe extern "C" fn llmgov_cancel_token_free(token: *mut llmgov_cancel_toke
 /// very moment is given back, so nothing stays reserved. If admission wins
 /// the race, the permit is returned as usual.
 ///
-/// Refusals after a wait are not reported to the event hook (those the
-/// queue gives at once are).
+/// Its refusals reach the event hook, at once or after a wait.
 ///
 /// # Ownership
 /// As `llmgov_governor_try_acquire`. The token stays the caller's.
