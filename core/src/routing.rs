@@ -119,6 +119,13 @@ impl Governor {
     /// of the chain, the first profile's refusal is returned: that of its
     /// roomiest deployment that could admit the request later (which scope
     /// and dimension refused, and when to retry), else why it never fits.
+    ///
+    /// Where the profile has budget thresholds, a deployment whose route's
+    /// `cost` budgets are spent past `degrade_at` is passed over for the
+    /// `degrade_to` profile ([`Routed::degraded`]), or refused if the class
+    /// may not leave the profile; past `refuse_at`, it is refused. However
+    /// many deployments it tried, a refused request is counted and told to
+    /// the event hook once.
     pub fn try_acquire_profile(&self, profile: &ProfileRoute, request: &Request) -> Result<Routed> {
         let result = self.route_request(profile, request);
         // One request, one refusal: however many deployments it tried.
