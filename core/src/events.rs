@@ -143,9 +143,14 @@ impl Events {
         }
     }
 
-    /// Tells of a refusal, if `error` is one.
+    /// Counts a refusal, if `error` is one, and tells `tracing` and the hook.
     #[cold]
     pub fn denied(&self, error: &Error, class: &str) {
+        tracing::debug!(%error, class, "llmgov refused a request");
+        self.tally.denied(error);
+        if !self.hooked() {
+            return;
+        }
         let (scope, dimension, retry_after) = match error {
             Error::RateLimited { scope, dimension, retry_after, .. } => {
                 (Some(scope), Some(dimension.as_str()), *retry_after)

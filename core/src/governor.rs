@@ -191,14 +191,10 @@ impl Governor {
         }
     }
 
-    /// Tells the hook (and `tracing`) of a refusal.
+    /// Counts a refusal and tells `tracing` and the hook.
     #[cold]
     fn denied(&self, error: &crate::Error, request: &Request) {
-        tracing::debug!(%error, "llmgov refused a request");
-        self.events.tally.denied(error);
-        if self.events.hooked() {
-            self.events.denied(error, self.learning.name(request.class));
-        }
+        self.events.denied(error, self.learning.name(request.class));
     }
 
     /// Sets the hook told of every [`Event`]: local denials, provider

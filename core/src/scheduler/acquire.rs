@@ -55,11 +55,7 @@ impl Guard {
     fn answer(&mut self, outcome: Result<Permit>) -> Result<Permit> {
         self.answered = true;
         if let Err(error) = &outcome {
-            tracing::debug!(%error, "llmgov refused a waiting request");
-            self.events.tally.denied(error);
-            if self.events.hooked() {
-                self.events.denied(error, &self.class);
-            }
+            self.events.denied(error, &self.class);
         }
         outcome
     }
