@@ -102,6 +102,8 @@ struct Limits {
     amount: Gauges,
     effective: Gauges,
     in_use: Gauges,
+    reserved: Gauges,
+    used: Gauges,
     available: Gauges,
     utilisation: Ratios,
 }
@@ -117,6 +119,8 @@ impl Limits {
         self.amount.get_or_create(&labels).set(clamp(limit.amount));
         self.effective.get_or_create(&labels).set(clamp(effective));
         self.in_use.get_or_create(&labels).set(clamp(limit.in_use));
+        self.reserved.get_or_create(&labels).set(clamp(limit.reserved));
+        self.used.get_or_create(&labels).set(clamp(limit.used));
         self.available.get_or_create(&labels).set(limit.available);
         let utilisation = if effective == 0 { 0.0 } else { limit.in_use as f64 / effective as f64 };
         self.utilisation.get_or_create(&labels).set(utilisation);
@@ -137,6 +141,16 @@ impl Limits {
             "llmgov_in_use",
             "What is taken of the limit: charged and not yet refilled, or in flight",
             self.in_use,
+        );
+        registry.register(
+            "llmgov_reserved",
+            "What pending permits hold of the limit (estimates not yet settled), or in flight",
+            self.reserved,
+        );
+        registry.register(
+            "llmgov_used",
+            "What settled and expired requests hold of the limit: in use less reserved",
+            self.used,
         );
         registry.register(
             "llmgov_available",

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::dimension::CostParts;
 use crate::ledger::breaker::State;
 use crate::ledger::limit::{Rule, TtlSlots};
 use crate::ledger::registry::Scope;
@@ -68,8 +69,18 @@ pub struct LimitSnapshot {
     pub window_ms: Option<u64>,
     /// What a request could take now; negative while in debt.
     pub available: i64,
-    /// What is taken: charged and not yet refilled or aged out, or in flight.
+    /// What is taken: charged and not yet refilled or aged out, or in
+    /// flight. It is `reserved` plus `used`.
     pub in_use: u64,
+    /// What pending permits (admitted, not yet settled, cancelled or
+    /// expired) hold here: their estimates, raised by output streamed past
+    /// them. On a concurrency limit, the permits in flight.
+    pub reserved: u64,
+    /// What is in use besides: the charges of settled and expired requests
+    /// not yet refilled or aged out of the window. A token bucket refills
+    /// reservations too, so a permit held longer than the window can leave
+    /// `reserved` above `in_use`; `used` is then 0.
+    pub used: u64,
     /// Output and token limits: what each request reserves for its output,
     /// `max_tokens` or `expected`. Where it is `max_tokens`, a tighter
     /// `max_tokens` on requests raises throughput.
@@ -89,6 +100,7 @@ impl ScopeSnapshot {
 
 pub(crate) fn build(ledger: &Ledger, now: u64) -> Snapshot {
     let counts = ledger.counts(now);
+    let reserved = ledger.reserved(now);
     Snapshot {
         now_ms: now / NS_PER_MS,
         admitted: counts.admitted,
@@ -97,11 +109,17 @@ pub(crate) fn build(ledger: &Ledger, now: u64) -> Snapshot {
         circuit_open: counts.circuit_open,
         admitted_then_provider_rejected: counts.provider_rejected,
         expired_permits: counts.expired,
-        scopes: ledger.registry().iter().map(|s| scope(s, now, ledger.ttl())).collect(),
+        scopes: ledger
+            .registry()
+            .iter()
+            .map(|(index, s)| scope(s, reserved.get(&index).unwrap_or(&CostParts::default()), now, ledger.ttl()))
+            .collect(),
     }
 }
 
-pub(crate) fn scope(scope: &Scope, now: u64, ttl: TtlSlots) -> ScopeSnapshot {
+/// One scope, whose pending permits reserve `reserved`.
+pub(crate) fn scope(scope: &Scope, reserved: &CostParts, now: u64, ttl: TtlSlots) -> ScopeSnapshot {
+    let reserved = reserved.costs();
     let limits = scope
         .limits
         .iter()
@@ -110,6 +128,7 @@ pub(crate) fn scope(scope: &Scope, now: u64, ttl: TtlSlots) -> ScopeSnapshot {
         .map(|(i, (limit, bucket))| {
             let pace = scope.pace(i);
             let (available, in_use) = limit.usage_at(bucket, now, ttl, pace);
+            let reserved = limit.cost(&reserved);
             let effective_amount = match (&limit.rule, pace) {
                 (Rule::TokenBucket(p), Some(pace)) => Some(pace.effective_amount(limit.shape(p))),
                 _ => None,
@@ -128,6 +147,8 @@ pub(crate) fn scope(scope: &Scope, now: u64, ttl: TtlSlots) -> ScopeSnapshot {
                 window_ms: limit.window_ns.map(|ns| ns / NS_PER_MS),
                 available,
                 in_use,
+                reserved,
+                used: in_use.saturating_sub(reserved),
                 reserves_output: limit.reserves_output(),
                 expired: limit.expired_at(bucket, now, ttl),
             }

@@ -265,6 +265,22 @@ proptest! {
         });
     }
 
+    /// What a limit reports as reserved is exactly what its pending,
+    /// unexpired permits hold (their estimates, raised by streamed output),
+    /// and the rest of what is in use is `used`.
+    #[test]
+    fn reserved_is_what_pending_permits_hold(ops in proptest::collection::vec(op(), 1..200)) {
+        let limit = json!({"dimension": "tokens", "amount": 400, "window": "1h", "algorithm": "sliding_window", "slots": 60});
+        replay(limit, &ops, |gov, _, permits| {
+            let now = gov.clock().now();
+            let live = permits.iter().filter(|p| p.state() == PermitState::Pending && now < p.expires_at());
+            let held: u64 = live.map(|p| p.charged().input_tokens + p.charged().output_tokens).sum();
+            let snap = tokens_limit(gov);
+            assert_eq!(snap.reserved, held, "reserved is what the live permits hold");
+            assert_eq!(snap.used, snap.in_use - held, "the rest of in_use is used");
+        });
+    }
+
     /// In-flight permits never exceed the concurrency limit, and every slot
     /// comes back: by settle or cancel, or at expiry.
     #[test]
@@ -300,6 +316,7 @@ proptest! {
             let in_flight = snap.limit(Dimension::Concurrency).unwrap().in_use;
             prop_assert!(live <= max);
             prop_assert_eq!(in_flight, live, "the ledger's in-flight count matches the live permits");
+            prop_assert_eq!(snap.limit(Dimension::Concurrency).unwrap().reserved, live);
         }
         clock.advance(Duration::from_secs(17));
         let snap = gov.scope_snapshot(id).unwrap();

@@ -46,8 +46,11 @@ fn limits_counters_breakers_and_queues_are_exposed() {
     assert_eq!(value(&text, &format!("llmgov_in_use{tokens}")), 22500.0, "empty as the 429's cooldown ends");
     let daily = r#"{scope="openai/org",dimension="tokens",window_ms="86400000"}"#;
     assert_eq!(value(&text, &format!("llmgov_in_use{daily}")), 6077.0, "6100 less 2 s of 1M a day");
+    assert_eq!(value(&text, &format!("llmgov_reserved{daily}")), 100.0, "the permit still held");
+    assert_eq!(value(&text, &format!("llmgov_used{daily}")), 5977.0);
     let slots = r#"{scope="tenants/acme",dimension="concurrency",window_ms="none"}"#;
     assert_eq!(value(&text, &format!("llmgov_utilisation{slots}")), 0.5);
+    assert_eq!(value(&text, &format!("llmgov_reserved{slots}")), 1.0);
     assert_eq!(value(&text, "llmgov_admitted_total"), 2.0);
     assert_eq!(value(&text, "llmgov_rate_limited_total"), 1.0);
     assert_eq!(value(&text, "llmgov_provider_rejected_total"), 1.0);

@@ -56,7 +56,8 @@ enum Step {
     AddOutput { permit: String, tokens: u64, expect: Option<Expect> },
     ExpectLimit {
         scope: String, dimension: Dimension, limit: Option<usize>,
-        available: Option<i64>, in_use: Option<u64>, expired: Option<u64>,
+        available: Option<i64>, in_use: Option<u64>, reserved: Option<u64>, used: Option<u64>,
+        expired: Option<u64>,
     },
     ExpectCounters {
         admitted: Option<u64>, rate_limited: Option<u64>, never_fits: Option<u64>, expired_permits: Option<u64>,

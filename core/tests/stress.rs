@@ -112,3 +112,52 @@ fn concurrency_root_never_exceeds_its_slots() {
     assert_eq!(root.limit(Dimension::Concurrency).unwrap().in_use, 0, "every slot came back");
     assert_eq!(gov.snapshot().admitted, THREADS as u64 * 2_000);
 }
+
+/// Permits acquired on one thread and settled on another leave the books
+/// exact: while a pending permit holds anything, the roots report it as
+/// reserved; once all are settled, nothing is reserved and what was settled
+/// is used.
+#[test]
+fn reserved_balances_across_threads() {
+    let gov = governor(json!([
+        {"dimension": "tokens", "amount": 1_000_000_000u64, "window": "1d", "algorithm": "sliding_window"},
+        {"dimension": "concurrency", "amount": 1_000_000}
+    ]));
+    const PER_THREAD: u64 = 2_000;
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let receiver = std::sync::Mutex::new(receiver);
+    let barrier = Barrier::new(THREADS);
+    thread::scope(|s| {
+        for t in 0..THREADS {
+            let (gov, barrier, sender, receiver) = (&gov, &barrier, sender.clone(), &receiver);
+            s.spawn(move || {
+                let route = gov.route(&[format!("root/t{t}")]).unwrap();
+                barrier.wait();
+                for i in 0..PER_THREAD {
+                    let permit = gov.try_acquire(&Request::new(route).input_tokens(10).max_output_tokens(5)).unwrap();
+                    sender.send(permit).unwrap();
+                    // Settle someone's permit, often another thread's.
+                    if i % 2 == 1 {
+                        for _ in 0..2 {
+                            let mut permit = receiver.lock().unwrap().recv().unwrap();
+                            gov.settle(&mut permit, Usage::new(10, 1)).unwrap();
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let admitted = THREADS as u64 * PER_THREAD;
+    let tokens = |gov: &Governor| gov.snapshot().scopes.iter().find(|s| s.path == "root").unwrap().limits[0].clone();
+    let settled = tokens(&gov);
+    assert_eq!(settled.reserved, 0, "every permit is settled");
+    assert_eq!(settled.used, admitted * 11);
+    let root = gov.snapshot().scopes.into_iter().find(|s| s.path == "root").unwrap();
+    assert_eq!(root.limit(Dimension::Concurrency).unwrap().reserved, 0);
+    // Ten left pending on this thread show up at once.
+    let route = gov.route(&["root/t0"]).unwrap();
+    let held: Vec<_> = (0..10).map(|_| gov.try_acquire(&Request::new(route).input_tokens(7)).unwrap()).collect();
+    assert_eq!(tokens(&gov).reserved, 70);
+    assert_eq!(tokens(&gov).used, admitted * 11);
+    drop(held);
+}

@@ -15,6 +15,7 @@ pub(crate) mod permit;
 pub(crate) mod registry;
 pub mod ring;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ use permit::{Permit, PermitState, Request, Route};
 use registry::{Registry, Scope, ScopeId, ScopeIndex, ScopeList};
 
 use crate::config::{compile, Config};
-use crate::dimension::{too_many_tokens, Costs, MAX_TOKENS};
+use crate::dimension::{too_many_tokens, CostParts, Costs, MAX_TOKENS};
 use crate::{Error, Result, Usage};
 
 /// Refusal counters. Admissions are counted in [`Pending`], off the
@@ -239,7 +240,7 @@ impl Ledger {
             self.claim_probes(scopes, &costs, now, &mut paced).map_err(|e| self.counted::<COUNTED>(e))?;
         }
         let index = self.ttl.index(now);
-        self.pending.admitted(index);
+        self.pending.admitted(request.route.id, index, &CostParts::of(&costs));
         Ok(Permit {
             route: request.route,
             class: request.class,
@@ -391,6 +392,8 @@ impl Ledger {
                 adjust(limit, bucket, limit.cost(&was), limit.cost(&is), permit.acquired_at, now, pace);
             }
         });
+        let raised_by = CostParts::of(&is).minus(&CostParts::of(&was));
+        self.pending.changed(permit.route.id, permit.ttl_slot, self.ttl.index(now), &raised_by);
         (permit.charged, permit.charged_expected_output) = (raised, raised_expected);
         Ok(())
     }
@@ -424,7 +427,7 @@ impl Ledger {
                 adjust(limit, bucket, limit.cost(&charged), limit.cost(&actual), permit.acquired_at, now, pace);
             }
         });
-        self.pending.finished(permit.ttl_slot);
+        self.pending.finished(permit.route.id, permit.ttl_slot, self.ttl.index(now), &CostParts::of(&charged));
         permit.state = state;
         Ok(())
     }
@@ -449,7 +452,8 @@ impl Ledger {
 
     /// One scope's limits at `now`.
     pub fn scope_snapshot(&self, id: ScopeId, now: u64) -> Result<crate::ScopeSnapshot> {
-        Ok(crate::snapshot::scope(self.scope(id)?, now, self.ttl))
+        let reserved = self.reserved(now).remove(&id.index).unwrap_or_default();
+        Ok(crate::snapshot::scope(self.scope(id)?, &reserved, now, self.ttl))
     }
 
     pub(crate) fn registry(&self) -> &Registry {
@@ -458,6 +462,17 @@ impl Ledger {
 
     pub(crate) fn ttl(&self) -> TtlSlots {
         self.ttl
+    }
+
+    /// What the permits pending at `now` reserve, per scope.
+    pub(crate) fn reserved(&self, now: u64) -> HashMap<ScopeIndex, CostParts> {
+        let mut by_scope: HashMap<ScopeIndex, CostParts> = HashMap::new();
+        for (route, parts) in self.pending.reserved(self.ttl.index(now)) {
+            for &scope in self.registry.route(route) {
+                by_scope.entry(scope).or_default().add(&parts);
+            }
+        }
+        by_scope
     }
 
     /// The admission counters as of `now`.

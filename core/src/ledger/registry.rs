@@ -224,10 +224,10 @@ impl Registry {
 
     /// Every scope reachable by its path, in index order. (A scope that lost
     /// an instantiation race is unreachable, and left out.)
-    pub fn iter(&self) -> impl Iterator<Item = &Scope> {
+    pub fn iter(&self) -> impl Iterator<Item = (ScopeIndex, &Scope)> {
         let mut indices: Vec<ScopeIndex> = self.by_path.pin().values().copied().collect();
         indices.sort_unstable();
-        indices.into_iter().map(|i| self.get(i))
+        indices.into_iter().map(|i| (i, self.get(i)))
     }
 
     /// The id of an existing scope at exactly `path`.
