@@ -277,14 +277,32 @@ export interface LimitSnapshot {
   configuredAmount: number
   /** The amount enforced, after the safety margin. */
   amount: number
+  /**
+   * Provider scopes' token buckets: the amount per window enforced now,
+   * after AIMD, slow start and the provider's `limit` headers.
+   */
+  effectiveAmount?: number
   /** The most it holds at once. */
   burst: number
   /** Window length in milliseconds; absent for concurrency. */
   windowMs?: number
   /** What a request could take now; negative while in debt. */
   available: number
-  /** What is taken: charged and not yet refilled or aged out, or in flight. */
+  /**
+   * What is taken: charged and not yet refilled or aged out, or in
+   * flight. It is `reserved` plus `used`.
+   */
   inUse: number
+  /**
+   * What pending permits hold here: their estimates, raised by output
+   * streamed past them; on a concurrency limit, the permits in flight.
+   */
+  reserved: number
+  /**
+   * What settled and expired requests hold here, not yet refilled or
+   * aged out (0 when a token bucket has refilled past a long-held permit).
+   */
+  used: number
   /** Output and token limits: `max_tokens` or `expected`. */
   reservesOutput?: string
   /** Concurrency only: permits that expired holding a slot here. */
@@ -439,6 +457,8 @@ export interface ScopeSnapshot {
   path: string
   /** Its limits, in config order. */
   limits: Array<LimitSnapshot>
+  /** Provider scopes only: `closed`, `open` or `half_open`. */
+  breaker?: string
 }
 
 /** The whole governor at one moment. */
@@ -451,6 +471,8 @@ export interface Snapshot {
   rateLimited: number
   /** Requests refused because they can never fit. */
   neverFits: number
+  /** Requests refused because a provider scope's breaker was open. */
+  circuitOpen: number
   /** Requests admitted here and then refused by the provider (reported). */
   admittedThenProviderRejected: number
   /** Permits that outlived their TTL unsettled. */

@@ -35,7 +35,7 @@ var stepFields = map[string]struct{ required, optional []string }{
 	"settle":          {[]string{"permit"}, []string{"input_tokens", "cached_input_tokens", "output_tokens", "expect"}},
 	"cancel":          {[]string{"permit"}, []string{"expect"}},
 	"add_output":      {[]string{"permit", "tokens"}, []string{"expect"}},
-	"expect_limit":    {[]string{"scope", "dimension"}, []string{"limit", "available", "in_use", "expired"}},
+	"expect_limit":    {[]string{"scope", "dimension"}, []string{"limit", "available", "in_use", "reserved", "used", "expired"}},
 	"expect_counters": {nil, []string{"admitted", "rate_limited", "never_fits", "expired_permits"}},
 }
 
@@ -333,7 +333,7 @@ func (r *run) expectLimit(f fields) error {
 			return err
 		}
 	}
-	for _, k := range []string{"in_use", "expired"} {
+	for _, k := range []string{"in_use", "reserved", "used", "expired"} {
 		var n uint64
 		if err := get(f, k, &n); err != nil {
 			return err

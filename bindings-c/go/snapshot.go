@@ -13,6 +13,7 @@ type Snapshot struct {
 	Admitted                     uint64          `json:"admitted"`
 	RateLimited                  uint64          `json:"rate_limited"`
 	NeverFits                    uint64          `json:"never_fits"`
+	CircuitOpen                  uint64          `json:"circuit_open"`
 	AdmittedThenProviderRejected uint64          `json:"admitted_then_provider_rejected"`
 	ExpiredPermits               uint64          `json:"expired_permits"`
 	Scopes                       []ScopeSnapshot `json:"scopes"`
@@ -22,6 +23,8 @@ type Snapshot struct {
 type ScopeSnapshot struct {
 	Path   string          `json:"path"`
 	Limits []LimitSnapshot `json:"limits"`
+	// Breaker is set on provider scopes: "closed", "open" or "half_open".
+	Breaker string `json:"breaker,omitempty"`
 }
 
 // LimitSnapshot is one limit at one moment.
@@ -30,12 +33,23 @@ type LimitSnapshot struct {
 	Algorithm        string    `json:"algorithm"`
 	ConfiguredAmount uint64    `json:"configured_amount"`
 	Amount           uint64    `json:"amount"`
-	Burst            uint64    `json:"burst"`
+	// EffectiveAmount is set on provider scopes' token buckets: the amount
+	// per window enforced now, after AIMD, slow start and the provider's
+	// limit headers.
+	EffectiveAmount *uint64 `json:"effective_amount,omitempty"`
+	Burst           uint64  `json:"burst"`
 	// WindowMs is nil for concurrency, which has no window.
 	WindowMs *uint64 `json:"window_ms,omitempty"`
 	// Available is what a request could take now; negative in debt.
-	Available int64  `json:"available"`
-	InUse     uint64 `json:"in_use"`
+	Available int64 `json:"available"`
+	// InUse is what is taken: Reserved plus Used.
+	InUse uint64 `json:"in_use"`
+	// Reserved is what pending permits hold here (estimates not yet
+	// settled); on a concurrency limit, the permits in flight.
+	Reserved uint64 `json:"reserved"`
+	// Used is what settled and expired requests hold here, not yet refilled
+	// or aged out.
+	Used uint64 `json:"used"`
 	// ReservesOutput is "max_tokens" or "expected" on output and token
 	// limits.
 	ReservesOutput string `json:"reserves_output,omitempty"`

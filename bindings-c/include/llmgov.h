@@ -1045,11 +1045,13 @@ llmgov_result llmgov_governor_class(const struct llmgov_governor *governor,
 
 /**
  * Every scope and counter now, as JSON: `{"now_ms", "admitted",
- * "rate_limited", "never_fits", "admitted_then_provider_rejected",
- * "expired_permits", "scopes": [{"path", "limits": [{"dimension",
- * "algorithm", "configured_amount", "amount", "burst", "window_ms",
- * "available", "in_use", "reserves_output", "expired"}]}]}` (the Rust
- * `Snapshot`).
+ * "rate_limited", "never_fits", "circuit_open",
+ * "admitted_then_provider_rejected", "expired_permits", "scopes": [{"path",
+ * "breaker", "limits": [{"dimension", "algorithm", "configured_amount",
+ * "amount", "effective_amount", "burst", "window_ms", "available",
+ * "in_use", "reserved", "used", "reserves_output", "expired"}]}]}` (the
+ * Rust `Snapshot`; `in_use` is `reserved`, what pending permits hold, plus
+ * `used`).
  *
  * # Ownership
  * On success `*out_json` is the caller's: free it with `llmgov_string_free`.
@@ -1115,7 +1117,8 @@ llmgov_result llmgov_governor_queue_metrics_json(const struct llmgov_governor *g
  * Every limit, counter, breaker and queue now, in the Prometheus text
  * format (OpenMetrics, ending in `# EOF`), for an application's `/metrics`
  * endpoint: `llmgov_limit`, `llmgov_limit_effective`, `llmgov_in_use`,
- * `llmgov_available`, `llmgov_utilisation` per scope, dimension and
+ * `llmgov_reserved`, `llmgov_used`, `llmgov_available`,
+ * `llmgov_utilisation` per scope, dimension and
  * window; `llmgov_breaker` per provider scope; the admitted, refused and
  * provider-rejected counters; the queues per traffic class.
  *

@@ -13,6 +13,8 @@ pub struct Snapshot {
     pub rate_limited: f64,
     /// Requests refused because they can never fit.
     pub never_fits: f64,
+    /// Requests refused because a provider scope's breaker was open.
+    pub circuit_open: f64,
     /// Requests admitted here and then refused by the provider (reported).
     pub admitted_then_provider_rejected: f64,
     /// Permits that outlived their TTL unsettled.
@@ -28,6 +30,8 @@ pub struct ScopeSnapshot {
     pub path: String,
     /// Its limits, in config order.
     pub limits: Vec<LimitSnapshot>,
+    /// Provider scopes only: `closed`, `open` or `half_open`.
+    pub breaker: Option<String>,
 }
 
 /// One limit of one scope at one moment.
@@ -41,14 +45,24 @@ pub struct LimitSnapshot {
     pub configured_amount: f64,
     /// The amount enforced, after the safety margin.
     pub amount: f64,
+    /// Provider scopes' token buckets: the amount per window enforced now,
+    /// after AIMD, slow start and the provider's `limit` headers.
+    pub effective_amount: Option<f64>,
     /// The most it holds at once.
     pub burst: f64,
     /// Window length in milliseconds; absent for concurrency.
     pub window_ms: Option<f64>,
     /// What a request could take now; negative while in debt.
     pub available: f64,
-    /// What is taken: charged and not yet refilled or aged out, or in flight.
+    /// What is taken: charged and not yet refilled or aged out, or in
+    /// flight. It is `reserved` plus `used`.
     pub in_use: f64,
+    /// What pending permits hold here: their estimates, raised by output
+    /// streamed past them; on a concurrency limit, the permits in flight.
+    pub reserved: f64,
+    /// What settled and expired requests hold here, not yet refilled or
+    /// aged out (0 when a token bucket has refilled past a long-held permit).
+    pub used: f64,
     /// Output and token limits: `max_tokens` or `expected`.
     pub reserves_output: Option<String>,
     /// Concurrency only: permits that expired holding a slot here.
@@ -63,12 +77,17 @@ pub fn snapshot(s: &llmgov::Snapshot) -> Snapshot {
         admitted: s.admitted as f64,
         rate_limited: s.rate_limited as f64,
         never_fits: s.never_fits as f64,
+        circuit_open: s.circuit_open as f64,
         admitted_then_provider_rejected: s.admitted_then_provider_rejected as f64,
         expired_permits: s.expired_permits as f64,
         scopes: s
             .scopes
             .iter()
-            .map(|scope| ScopeSnapshot { path: scope.path.clone(), limits: scope.limits.iter().map(limit).collect() })
+            .map(|scope| ScopeSnapshot {
+                path: scope.path.clone(),
+                limits: scope.limits.iter().map(limit).collect(),
+                breaker: scope.breaker.map(str::to_owned),
+            })
             .collect(),
     }
 }
@@ -79,10 +98,13 @@ fn limit(l: &llmgov::LimitSnapshot) -> LimitSnapshot {
         algorithm: l.algorithm.to_owned(),
         configured_amount: l.configured_amount as f64,
         amount: l.amount as f64,
+        effective_amount: l.effective_amount.map(|n| n as f64),
         burst: l.burst as f64,
         window_ms: l.window_ms.map(|ms| ms as f64),
         available: l.available as f64,
         in_use: l.in_use as f64,
+        reserved: l.reserved as f64,
+        used: l.used as f64,
         reserves_output: l.reserves_output.map(str::to_owned),
         expired: l.expired.map(|n| n as f64),
     }

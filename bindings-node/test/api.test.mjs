@@ -72,13 +72,16 @@ test('admission is all or nothing; refusals carry scope, dimension and retry tim
   assert.equal(limit(g, 'openai/org/gpt-4o', 'requests').inUse, 1);
 });
 
+const pick = ({ inUse, reserved, used }) => ({ inUse, reserved, used });
+
 test('settle refunds, accepts SDK usage objects, and reconciles once', () => {
   const g = gov();
   const route = g.route(PATHS);
   const a = g.tryAcquire({ route, inputTokens: 1000, maxOutputTokens: 1000 });
+  assert.deepEqual(pick(limit(g, 'openai/org/gpt-4o', 'tokens')), { inUse: 2000, reserved: 2000, used: 0 });
   a.settle({ prompt_tokens: 900, completion_tokens: 100, prompt_tokens_details: { cached_tokens: 0 } });
   assert.equal(a.state, 'settled');
-  assert.equal(limit(g, 'openai/org/gpt-4o', 'tokens').inUse, 1000);
+  assert.deepEqual(pick(limit(g, 'openai/org/gpt-4o', 'tokens')), { inUse: 1000, reserved: 0, used: 1000 });
   assert.throws(() => a.settle({ inputTokens: 1 }), (e) => e instanceof PermitFinishedError && e.state === 'settled');
   assert.throws(() => a.cancel(), (e) => e instanceof PermitFinishedError);
   const b = g.tryAcquire({ route, inputTokens: 100 });

@@ -52,6 +52,9 @@ test('provider rejections and breaker changes reach the listener, in order', asy
   permit.report(429, { 'retry-after': '1' }, { error: { type: 'tokens', code: 'rate_limit_exceeded' } });
   permit.report(503, { 'retry-after': '1' }, '');
   permit.cancel();
+  const [org] = g.snapshot().scopes;
+  assert.equal(org.breaker, 'open');
+  assert.ok(org.limits[0].effectiveAmount < 600, `the 429 lowered the pace: ${org.limits[0].effectiveAmount}`);
   g.advance(10_000);
   const probe = g.tryAcquire({ paths: ['openai/org'] });
   probe.report(200, {}, '{}');
@@ -63,6 +66,18 @@ test('provider rejections and breaker changes reach the listener, in order', asy
     { event: 'breaker_changed', scope: 'openai/org', state: 'open' },
     { event: 'breaker_changed', scope: 'openai/org', state: 'closed' },
   ]);
+  assert.equal(g.snapshot().scopes[0].breaker, 'closed');
+});
+
+test('a refusal by an open breaker counts in the snapshot', () => {
+  const g = gov();
+  const permit = g.tryAcquire({ paths: ['openai/org'] });
+  permit.report(503, {}, '');
+  permit.report(503, {}, '');
+  permit.cancel();
+  assert.equal(g.snapshot().scopes[0].breaker, 'open');
+  assert.throws(() => g.tryAcquire({ paths: ['openai/org'] }), (e) => e.code === 'circuit_open');
+  assert.equal(g.snapshot().circuitOpen, 1);
 });
 
 test('a listener may use the governor; several listeners; removing them stops delivery', async () => {

@@ -38,7 +38,7 @@ const SCHEMA = {
   add_output: { required: { permit: str, tokens: nonNeg }, optional: { expect: obj } },
   expect_limit: {
     required: { scope: str, dimension: str },
-    optional: { limit: nonNeg, available: num, in_use: nonNeg, expired: nonNeg },
+    optional: { limit: nonNeg, available: num, in_use: nonNeg, reserved: nonNeg, used: nonNeg, expired: nonNeg },
   },
   expect_counters: {
     required: {},
@@ -115,7 +115,7 @@ function limitOf(gov, step) {
     ? scope.limits.find((l) => l.dimension === step.dimension)
     : scope.limits[step.limit]?.dimension === step.dimension ? scope.limits[step.limit] : undefined;
   if (!limit) throw new Error(`scope \`${step.scope}\` has no ${step.dimension} limit at ${step.limit}`);
-  const actual = { available: limit.available, in_use: limit.inUse };
+  const actual = { available: limit.available, in_use: limit.inUse, reserved: limit.reserved, used: limit.used };
   if (limit.expired !== undefined) actual.expired = limit.expired;
   return actual;
 }

@@ -208,6 +208,8 @@ def test_prometheus_text_parses_with_the_real_parser() -> None:
     assert value("llmgov_limit", **tokens) == 30000
     assert value("llmgov_limit_effective", **tokens) == 30000, "no AIMD without 429s"
     assert value("llmgov_in_use", **tokens) == 6100
+    assert value("llmgov_reserved", **tokens) == 100, "the held permit"
+    assert value("llmgov_used", **tokens) == 6000, "the settled one"
     assert value("llmgov_utilisation", scope="tenants/acme", dimension="concurrency", window_ms="none") == 0.5
     assert value("llmgov_admitted_total") == 2
     assert value("llmgov_rate_limited_total") == 1

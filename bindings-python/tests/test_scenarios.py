@@ -46,6 +46,8 @@ FIELDS: Dict[str, Dict[str, Any]] = {
         "limit": (False, INT),
         "available": (False, INT),
         "in_use": (False, INT),
+        "reserved": (False, INT),
+        "used": (False, INT),
         "expired": (False, INT),
     },
     "expect_counters": {

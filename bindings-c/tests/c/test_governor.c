@@ -239,7 +239,7 @@ static void json_presets_classes_and_scopes(void) {
     char *json = NULL;
     CHECK_OK(llmgov_governor_scope_snapshot_json(gov, scope, &json));
     CHECK_CONTAINS(json, "{\"path\":\"a/b\",\"limits\":[{\"dimension\":\"requests\"");
-    CHECK_CONTAINS(json, "\"in_use\":1");
+    CHECK_CONTAINS(json, "\"in_use\":1,\"reserved\":1,\"used\":0");
     llmgov_string_free(json);
     /* Governors are independent: this one's numbers mean nothing to another. */
     const llmgov_governor *preset = NULL;
