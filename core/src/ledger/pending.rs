@@ -56,31 +56,33 @@ impl Entry {
     }
 }
 
-/// An open-addressed table, at most 3/4 full so that a probe always ends.
+/// An open-addressed table of a power-of-two length, at most 3/4 full so
+/// that a probe always ends. The first table of a thread is an array inside
+/// its books, which saves booking a dependent load (a pointer to follow).
 #[derive(Debug)]
-struct Table {
-    entries: Box<[Entry]>,
-    /// log2 of its length.
-    bits: u32,
+struct Table<Entries> {
+    entries: Entries,
     /// Entries taken.
     occupied: AtomicUsize,
 }
 
-impl Table {
+impl Table<Box<[Entry]>> {
     fn new(capacity: usize) -> Self {
-        let entries = (0..capacity).map(|_| Entry::default()).collect();
-        Table { entries, bits: capacity.trailing_zeros(), occupied: AtomicUsize::new(0) }
+        Table { entries: (0..capacity).map(|_| Entry::default()).collect(), occupied: AtomicUsize::new(0) }
     }
+}
 
+impl<Entries: AsRef<[Entry]>> Table<Entries> {
     /// Books `parts` on `key` (taking them off if `TAKE_OFF`). False, booking
     /// nothing, if the key is not here and the table is as full as it may
     /// be: it is then in a later table, or belongs there.
     #[inline(always)]
     fn add<const TAKE_OFF: bool>(&self, key: u64, parts: &CostParts) -> bool {
-        let mask = self.entries.len() - 1;
-        let mut i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - self.bits)) as usize;
+        let entries = self.entries.as_ref();
+        let mask = entries.len() - 1;
+        let mut i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - entries.len().trailing_zeros())) as usize;
         let entry = loop {
-            let entry = &self.entries[i];
+            let entry = &entries[i];
             match entry.key.load(Relaxed) {
                 found if found == key => {
                     for (sum, part) in entry.parts.iter().zip(parts.0) {
@@ -94,7 +96,7 @@ impl Table {
             }
         };
         let occupied = self.occupied.load(Relaxed);
-        if (occupied + 1) * 4 > self.entries.len() * 3 {
+        if (occupied + 1) * 4 > entries.len() * 3 {
             return false;
         }
         for (sum, part) in entry.parts.iter().zip(parts.0) {
@@ -108,7 +110,7 @@ impl Table {
     /// Empties the table, returning its entries still live at slot `now`
     /// and adding the count of the others to `expired`.
     fn take_live(&self, now: u64, live: &mut Vec<(u64, CostParts)>, expired: &mut i64) {
-        for entry in self.entries.iter().filter(|e| e.key.load(Relaxed) != 0) {
+        for entry in self.entries.as_ref().iter().filter(|e| e.key.load(Relaxed) != 0) {
             let (key, parts) = entry.take();
             match aged_out(key as u32, now) {
                 true => *expired += parts.0[COUNT],
@@ -120,7 +122,7 @@ impl Table {
 
     /// Every taken entry, for readers.
     fn taken(&self) -> impl Iterator<Item = (u64, &Entry)> {
-        self.entries.iter().map(|e| (e.key.load(Relaxed), e)).filter(|(key, _)| *key != 0)
+        self.entries.as_ref().iter().map(|e| (e.key.load(Relaxed), e)).filter(|(key, _)| *key != 0)
     }
 }
 
@@ -146,10 +148,10 @@ fn aged_out(slot: u32, now: u64) -> bool {
 #[derive(Debug)]
 struct ThreadBooks {
     /// The table every booking tries first.
-    first: Table,
+    first: Table<[Entry; FIRST_CAPACITY]>,
     /// Tables `first` overflowed into, each twice the size of the one
     /// before; a key is in the first table that had room for it.
-    more: boxcar::Vec<Table>,
+    more: boxcar::Vec<Table<Box<[Entry]>>>,
     /// The slot of the last sweep: books for slots aged out by then are gone.
     swept_at: AtomicU64,
     /// Counts folded out of entries swept while unsettled.
@@ -160,7 +162,7 @@ struct ThreadBooks {
 impl Default for ThreadBooks {
     fn default() -> Self {
         ThreadBooks {
-            first: Table::new(FIRST_CAPACITY),
+            first: Table { entries: std::array::from_fn(|_| Entry::default()), occupied: AtomicUsize::new(0) },
             more: boxcar::Vec::new(),
             swept_at: AtomicU64::new(0),
             expired: AtomicI64::new(0),
@@ -196,8 +198,8 @@ impl ThreadBooks {
         if self.more.iter().any(|(_, table)| table.add::<TAKE_OFF>(key, parts)) {
             return;
         }
-        let last = self.more.iter().last().map_or(&self.first, |(_, table)| table);
-        let table = Table::new(last.entries.len() * 2);
+        let last = self.more.iter().last().map_or(FIRST_CAPACITY, |(_, table)| table.entries.len());
+        let table = Table::new(last * 2);
         let added = table.add::<TAKE_OFF>(key, parts);
         debug_assert!(added, "a new table has room");
         self.more.push(table);
@@ -209,7 +211,8 @@ impl ThreadBooks {
     fn sweep(&self, now: u64) {
         self.swept_at.store(now, Relaxed);
         let (mut live, mut expired) = (Vec::new(), 0);
-        self.tables().for_each(|table| table.take_live(now, &mut live, &mut expired));
+        self.first.take_live(now, &mut live, &mut expired);
+        self.more.iter().for_each(|(_, table)| table.take_live(now, &mut live, &mut expired));
         self.expired.store(self.expired.load(Relaxed) + expired, Relaxed);
         for (key, parts) in live {
             if !self.first.add::<false>(key, &parts) {
@@ -218,13 +221,9 @@ impl ThreadBooks {
         }
     }
 
-    fn tables(&self) -> impl Iterator<Item = &Table> {
-        std::iter::once(&self.first).chain(self.more.iter().map(|(_, table)| table))
-    }
-
     /// Every taken entry, for readers.
     fn entries(&self) -> impl Iterator<Item = (u64, &Entry)> {
-        self.tables().flat_map(Table::taken)
+        self.first.taken().chain(self.more.iter().flat_map(|(_, table)| table.taken()))
     }
 }
 
