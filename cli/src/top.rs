@@ -2,7 +2,8 @@
 //! application exposes — the JSON of `Governor::snapshot()` (every binding
 //! has it), optionally beside the queues as `{"snapshot": …, "queues": …}` —
 //! from a file or an HTTP endpoint, and draws per scope and limit a
-//! utilisation bar, with the counters and the queue depths.
+//! utilisation bar (█ used by settled requests, ▒ reserved by pending
+//! ones), with the counters and the queue depths.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -40,6 +41,9 @@ struct Limit {
     effective_amount: Option<u64>,
     window_ms: Option<u64>,
     in_use: u64,
+    /// Held by pending permits (absent from snapshots of older versions).
+    #[serde(default)]
+    reserved: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -99,28 +103,31 @@ pub fn render(json: &str) -> Result<String, CliError> {
     let name_width = s.scopes.iter().map(|sc| sc.path.len()).max().unwrap_or(5).max(5);
     let _ = writeln!(
         out,
-        "{:name_width$}  {:<13} {:>7}  {:>21}  utilisation",
-        "scope", "dimension", "window", "in use / limit"
+        "{:name_width$}  {:<13} {:>7}  {:>21}  {:>9}  utilisation (█ used ▒ reserved)",
+        "scope", "dimension", "window", "in use / limit", "reserved"
     );
     for scope in &s.scopes {
         for limit in &scope.limits {
             let effective = limit.effective_amount.unwrap_or(limit.amount);
-            let share = if effective == 0 { 1.0 } else { limit.in_use as f64 / effective as f64 };
-            let filled = ((share.clamp(0.0, 1.0) * BAR as f64).round() as usize).min(BAR);
-            let bar: String = "█".repeat(filled) + &"░".repeat(BAR - filled);
+            let share_of = |n: u64| if effective == 0 { 1.0 } else { n as f64 / effective as f64 };
+            let cells = |share: f64| ((share.clamp(0.0, 1.0) * BAR as f64).round() as usize).min(BAR);
+            let share = share_of(limit.in_use);
+            let (filled, used) = (cells(share), cells(share_of(limit.in_use.saturating_sub(limit.reserved))));
+            let bar = "█".repeat(used) + &"▒".repeat(filled - used) + &"░".repeat(BAR - filled);
             let window = limit.window_ms.map_or_else(|| "-".to_owned(), format_window);
             let note = match limit.effective_amount {
                 Some(e) if e != limit.amount => format!("  (configured {})", limit.amount),
                 _ => String::new(),
             };
-            let used = format!("{} / {}", limit.in_use, effective);
+            let in_use = format!("{} / {}", limit.in_use, effective);
             let _ = writeln!(
                 out,
-                "{:name_width$}  {:<13} {:>7}  {:>21}  {bar} {:>4.0}%{note}",
+                "{:name_width$}  {:<13} {:>7}  {:>21}  {:>9}  {bar} {:>4.0}%{note}",
                 scope.path,
                 limit.dimension,
                 window,
-                used,
+                in_use,
+                limit.reserved,
                 share * 100.0
             );
         }

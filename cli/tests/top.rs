@@ -43,8 +43,10 @@ fn draws_each_limit_with_its_effective_amount_and_the_counters() {
         tokens.contains("5000 / 5000") && tokens.contains("100%") && tokens.contains("(configured 10000)"),
         "{tokens}"
     );
+    // Half of it is the pending permit's reservation, half the cooldown's.
+    assert!(tokens.contains(&format!("2500  {}{} ", "█".repeat(12), "▒".repeat(12))), "{tokens}");
     let slots = text.lines().find(|l| l.starts_with("tenants/acme")).unwrap();
-    assert!(slots.contains("1 / 4") && slots.contains(" 25%") && slots.contains("██████░"), "{slots}");
+    assert!(slots.contains("1 / 4") && slots.contains(" 25%") && slots.contains("  1  ▒▒▒▒▒▒░"), "{slots}");
     assert!(text.contains("queues: none"), "{text}");
 }
 
