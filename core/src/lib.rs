@@ -67,7 +67,7 @@ pub use ledger::permit::{ClassId, Permit, PermitState, Request, Route};
 pub use ledger::registry::ScopeId;
 pub use ledger::Ledger;
 pub use plan::{Plan, PlanInput};
-pub use routing::{ProfileRoute, Routed};
+pub use routing::{ProfileRoute, ProfileStep, ProfileWait, Routed};
 pub use scheduler::{Acquire, QueueMetrics};
 pub use snapshot::{LimitSnapshot, ScopeSnapshot, Snapshot};
 pub use time::{ceil_ms, NS_PER_MS};

@@ -4,9 +4,14 @@
 //! budget thresholds pass deployments whose cost budgets run low over for a
 //! cheaper profile, or refuse them.
 
+mod wait;
+
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::{Error, Governor, Permit, Request, Result, Route};
+
+pub use wait::{ProfileStep, ProfileWait};
 
 /// One profile of a resolved chain: its deployments' routes (the
 /// consumer's paths plus the deployment), and whether each class may leave
@@ -34,6 +39,40 @@ struct Refusal {
     error: Error,
     /// Whether a deployment was passed over for the cheaper profile.
     degrade: bool,
+    /// The deployment to wait for, if one refused for now.
+    wait: Option<Box<WaitTarget>>,
+}
+
+/// A deployment that refused for now, and may be waited for: its own limits
+/// or its breaker refused it, not the profile's budget thresholds.
+#[derive(Debug, Clone)]
+struct WaitTarget {
+    route: Route,
+    deployment: Arc<str>,
+    /// Its profile, with the thresholds to check again once admitted.
+    link: Link,
+    /// Whether the request's class may leave that profile.
+    may_leave: bool,
+    fell_back: bool,
+    degraded: bool,
+    /// When it said to come back; `None` waits on releases.
+    retry_after: Option<Duration>,
+}
+
+impl WaitTarget {
+    /// Of two deployments to wait for, the one that should pass first.
+    fn sooner(a: Option<Box<WaitTarget>>, b: Option<Box<WaitTarget>>) -> Option<Box<WaitTarget>> {
+        match (a, b) {
+            (Some(a), Some(b)) => {
+                Some(if b.retry_after.unwrap_or(Duration::MAX) < a.retry_after.unwrap_or(Duration::MAX) {
+                    b
+                } else {
+                    a
+                })
+            }
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// A profile and its fallbacks resolved for one consumer, from
@@ -127,18 +166,22 @@ impl Governor {
     /// many deployments it tried, a refused request is counted and told to
     /// the event hook once.
     pub fn try_acquire_profile(&self, profile: &ProfileRoute, request: &Request) -> Result<Routed> {
-        let result = self.route_request(profile, request);
         // One request, one refusal: however many deployments it tried.
-        if let Err(error) = &result {
-            self.refused(error, request);
-        }
-        result
+        self.route_request(profile, request).map_err(|(error, _)| {
+            self.refused(&error, request);
+            error
+        })
     }
 
-    /// [`Self::try_acquire_profile`], counting and telling of no refusal.
-    fn route_request(&self, profile: &ProfileRoute, request: &Request) -> Result<Routed> {
+    /// [`Self::try_acquire_profile`], counting and telling of no refusal; a
+    /// refusal comes with the deployment to wait for, if any may be.
+    fn route_request(
+        &self,
+        profile: &ProfileRoute,
+        request: &Request,
+    ) -> std::result::Result<Routed, (Error, Option<Box<WaitTarget>>)> {
         let class = self.class_name(request.class).to_owned();
-        let mut first_refusal = None;
+        let (mut first_refusal, mut wait) = (None, None);
         for (depth, link) in profile.chain.iter().enumerate() {
             let may_leave = !link.no_fallback.contains(&class);
             let refusal = match self.try_link(link, request, may_leave) {
@@ -149,20 +192,28 @@ impl Governor {
                 Err(refusal) => refusal,
             };
             first_refusal.get_or_insert(refusal.error);
+            let fallen = refusal.wait.map(|target| Box::new(WaitTarget { fell_back: depth > 0, ..*target }));
+            wait = WaitTarget::sooner(wait, fallen);
             if let (true, Some((_, cheaper))) = (refusal.degrade, link.budget.as_ref().and_then(|b| b.degrade.as_ref()))
             {
                 match self.route_request(cheaper, request) {
                     Ok(routed) => {
                         return Ok(Routed { degraded: true, fell_back: routed.fell_back || depth > 0, ..routed })
                     }
-                    Err(error) => tracing::debug!(%error, "the degraded profile refused too"),
+                    Err((error, cheaper_wait)) => {
+                        tracing::debug!(%error, "the degraded profile refused too");
+                        let degraded = cheaper_wait.map(|t| {
+                            Box::new(WaitTarget { degraded: true, fell_back: t.fell_back || depth > 0, ..*t })
+                        });
+                        wait = WaitTarget::sooner(wait, degraded);
+                    }
                 }
             }
             if !may_leave {
                 break;
             }
         }
-        Err(first_refusal.expect("a profile has at least one deployment"))
+        Err((first_refusal.expect("a profile has at least one deployment"), wait))
     }
 
     /// The deployments of one profile, roomiest first; those past a budget
@@ -173,12 +224,13 @@ impl Governor {
         let mut ranked: Vec<(f64, usize)> = Vec::with_capacity(link.deployments.len());
         for (i, (_, route)) in link.deployments.iter().enumerate() {
             // An open breaker is skipped, but still answers if all are open.
-            let room = self.ledger().headroom(*route, now).map_err(|error| Refusal { error, degrade: false })?;
+            let room =
+                self.ledger().headroom(*route, now).map_err(|error| Refusal { error, degrade: false, wait: None })?;
             ranked.push((room.unwrap_or(-1.0), i));
         }
         ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
         let mut refusal: Option<Error> = None;
-        let mut degrade = false;
+        let (mut degrade, mut wait) = (false, None);
         for (_, i) in ranked {
             let (deployment, route) = &link.deployments[i];
             let outcome = match self.budget_verdict(link, *route, may_leave, now) {
@@ -187,7 +239,27 @@ impl Governor {
                     Err(error)
                 }
                 Ok(Verdict::Refuse(error)) | Err(error) => Err(error),
-                Ok(Verdict::Go) => self.try_acquire_quietly(&Request { route: *route, ..*request }),
+                Ok(Verdict::Go) => {
+                    let outcome = self.try_acquire_quietly(&Request { route: *route, ..*request });
+                    let retry_after = match &outcome {
+                        Err(Error::RateLimited { retry_after, .. }) => Some(*retry_after),
+                        Err(Error::CircuitOpen { retry_after, .. }) => Some(Some(*retry_after)),
+                        _ => None,
+                    };
+                    let target = retry_after.map(|retry_after| {
+                        Box::new(WaitTarget {
+                            route: *route,
+                            deployment: deployment.clone(),
+                            link: link.clone(),
+                            may_leave,
+                            fell_back: false,
+                            degraded: false,
+                            retry_after,
+                        })
+                    });
+                    wait = WaitTarget::sooner(wait, target);
+                    outcome
+                }
             };
             match outcome {
                 Ok(permit) => return Ok((deployment.clone(), permit)),
@@ -199,7 +271,7 @@ impl Governor {
                 Err(_) => {}
             }
         }
-        Err(Refusal { error: refusal.expect("a profile has at least one deployment"), degrade })
+        Err(Refusal { error: refusal.expect("a profile has at least one deployment"), degrade, wait })
     }
 
     /// What the profile's budget thresholds say of a deployment's route.
