@@ -177,8 +177,17 @@ impl Costs {
     pub fn of(usage: &Usage, expected_output: u64, price: Option<&Price>) -> Self {
         let (input, uncached) = (usage.input_tokens, usage.input_tokens - usage.cached_input_tokens);
         let (out, expected) = (usage.output_tokens, expected_output);
+        let cost = |output| price.map_or(0, |p| p.cost(usage, output));
+        Self::from_parts([1, input, uncached, out, expected, cost(out), cost(expected)])
+    }
+
+    /// The costs of every kind, from the parts each is a sum of (see
+    /// [`CostParts`]): `[count, input, uncached input, output, expected
+    /// output, cost, expected cost]`.
+    #[inline(always)]
+    fn from_parts([one, input, uncached, out, expected, cost, expected_cost]: [u64; CostParts::LEN]) -> Self {
         Costs([
-            1,
+            one,
             input,
             uncached,
             out,
@@ -187,8 +196,8 @@ impl Costs {
             expected,
             input.saturating_add(expected),
             uncached.saturating_add(expected),
-            price.map_or(0, |p| p.cost(usage, out)),
-            price.map_or(0, |p| p.cost(usage, expected)),
+            cost,
+            expected_cost,
         ])
     }
 
@@ -235,20 +244,7 @@ impl CostParts {
     /// The costs these parts add up to; a part below zero (a sum read while
     /// another thread updates it) counts as zero.
     pub fn costs(&self) -> Costs {
-        let [one, input, uncached, out, expected, cost, expected_cost] = self.0.map(|v| v.max(0) as u64);
-        Costs([
-            one,
-            input,
-            uncached,
-            out,
-            input.saturating_add(out),
-            uncached.saturating_add(out),
-            expected,
-            input.saturating_add(expected),
-            uncached.saturating_add(expected),
-            cost,
-            expected_cost,
-        ])
+        Costs::from_parts(self.0.map(|v| v.max(0) as u64))
     }
 }
 
