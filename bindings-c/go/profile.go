@@ -121,6 +121,11 @@ func (g *Governor) TryAcquireProfile(p *Profile, r Request) (*Routed, error) {
 	if err := fromC(result, &ce); err != nil {
 		return nil, err
 	}
+	return p.routed(handle, &routed), nil
+}
+
+// routed is what C said of an admitted request, in Go.
+func (p *Profile) routed(handle *C.llmgov_permit, routed *C.llmgov_routed) *Routed {
 	out := &Routed{
 		Permit:     newPermit(handle),
 		Profile:    p.name(routed.profile),
@@ -129,5 +134,5 @@ func (g *Governor) TryAcquireProfile(p *Profile, r Request) (*Routed, error) {
 		Degraded:   bool(routed.degraded),
 	}
 	runtime.KeepAlive(p)
-	return out, nil
+	return out
 }

@@ -398,7 +398,8 @@ typedef uint32_t llmgov_encoding;
 #endif // __cplusplus
 
 /**
- * A cancel signal for `llmgov_governor_acquire_cancellable`, set once by
+ * A cancel signal for `llmgov_governor_acquire_cancellable` and
+ * `llmgov_governor_acquire_profile`, set once by
  * `llmgov_cancel_token_cancel` from any thread. One token may serve
  * several waits (all of them are cancelled); it cannot be reset.
  */
@@ -681,7 +682,8 @@ typedef struct llmgov_usage {
 } llmgov_usage;
 
 /**
- * Where `llmgov_governor_try_acquire_profile` sent a request.
+ * Where `llmgov_governor_try_acquire_profile` or
+ * `llmgov_governor_acquire_profile` sent a request.
  */
 typedef struct llmgov_routed {
   /**
@@ -725,9 +727,9 @@ const char *llmgov_version(void);
 struct llmgov_cancel_token *llmgov_cancel_token_new(void);
 
 /**
- * Cancels every `llmgov_governor_acquire_cancellable` waiting on `token`,
- * now and later: each returns `LLMGOV_RESULT_CANCELLED` promptly, holding
- * nothing. Callable from any thread, any number of times.
+ * Cancels every `llmgov_governor_acquire_cancellable` and
+ * `llmgov_governor_acquire_profile` waiting on `token`, now and later:
+ * each returns `LLMGOV_RESULT_CANCELLED` promptly, holding nothing. Callable from any thread, any number of times.
  *
  * # Safety
  * `token` NULL (an error) or a live token.
@@ -1341,6 +1343,49 @@ llmgov_result llmgov_governor_try_acquire_profile(const struct llmgov_governor *
                                                   const struct llmgov_request *request,
                                                   struct llmgov_permit **out_permit,
                                                   struct llmgov_routed *out_routed);
+
+/**
+ * Waits fairly for admission through `profile`. It is admitted at once
+ * where `llmgov_governor_try_acquire_profile` would admit it. Otherwise
+ * it waits in the queue of the deployment that should pass first (the
+ * shortest retry) among those the request's class may use: a class whose
+ * `fallback_allowed` is false waits on its own profile's deployments,
+ * never on a fallback's. Deployments refused by the profile's cost budget
+ * thresholds are not waited on; once admitted, the thresholds are checked
+ * again, and one crossed during the wait refuses the request
+ * (`LLMGOV_RESULT_RATE_LIMITED` on `LLMGOV_DIMENSION_COST`), giving its
+ * permit back.
+ *
+ * The wait is bounded as `llmgov_governor_acquire`'s: by `timeout_ns`
+ * (`LLMGOV_NO_TIMEOUT` for none of its own), the request's deadline and
+ * its class's maximum wait (`LLMGOV_RESULT_DEADLINE_EXCEEDED`, at once when
+ * the predicted wait is already longer), and its class's queue bound
+ * (`LLMGOV_RESULT_QUEUE_FULL`). A request that can never pass
+ * (`LLMGOV_RESULT_NEVER_FITS`, every deployment past a budget threshold,
+ * …) is refused at once. `cancel`, if not NULL, ends the wait as in
+ * `llmgov_governor_acquire_cancellable`: `LLMGOV_RESULT_CANCELLED` as soon
+ * as another thread cancels it; the request has left its queue and holds
+ * nothing. A refused or timed-out wait holds nothing either.
+ *
+ * `request->route` is not read. The profile must be this governor's (else
+ * `LLMGOV_RESULT_INVALID_REQUEST` naming `profile`). On a manual clock,
+ * call `llmgov_governor_wake_waiters` after advancing it. Its refusals
+ * reach the event hook, at once or after a wait.
+ *
+ * # Ownership
+ * As `llmgov_governor_try_acquire_profile`. The token stays the caller's.
+ *
+ * # Safety
+ * As `llmgov_governor_try_acquire_profile`; `cancel` NULL or a token live
+ * for the whole call.
+ */
+llmgov_result llmgov_governor_acquire_profile(const struct llmgov_governor *governor,
+                                              const struct llmgov_profile *profile,
+                                              const struct llmgov_request *request,
+                                              uint64_t timeout_ns,
+                                              const struct llmgov_cancel_token *cancel,
+                                              struct llmgov_permit **out_permit,
+                                              struct llmgov_routed *out_routed);
 
 /**
  * Frees a string llmgov returned (the `*_json` functions,

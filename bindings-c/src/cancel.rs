@@ -18,7 +18,8 @@ use crate::errors::{guard, guard_infallible, llmgov_result, Failure, Outcome};
 use crate::governor::llmgov_governor;
 use crate::permit::{hand_out, llmgov_permit, llmgov_request, LLMGOV_NO_TIMEOUT};
 
-/// A cancel signal for `llmgov_governor_acquire_cancellable`, set once by
+/// A cancel signal for `llmgov_governor_acquire_cancellable` and
+/// `llmgov_governor_acquire_profile`, set once by
 /// `llmgov_cancel_token_cancel` from any thread. One token may serve
 /// several waits (all of them are cancelled); it cannot be reset.
 #[allow(non_camel_case_types)]
@@ -49,6 +50,19 @@ impl llmgov_cancel_token {
     fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::SeqCst)
     }
+
+    /// A token not cancelled yet.
+    pub(crate) fn uncancelled() -> Self {
+        Self { cancelled: AtomicBool::new(false), waiting: Mutex::new(Waiters::default()) }
+    }
+
+    /// Fails with `LLMGOV_RESULT_CANCELLED` if it was cancelled already.
+    pub(crate) fn check(&self) -> Outcome {
+        if self.is_cancelled() {
+            return Err(cancelled());
+        }
+        Ok(())
+    }
 }
 
 /// Wakes a parked thread.
@@ -66,7 +80,10 @@ impl Wake for Unpark {
 
 /// Drives `wait` on this thread until it is answered, or `token` is
 /// cancelled (then the future is dropped: it leaves the queue).
-fn block_on(wait: impl Future<Output = llmgov_core::Result<Permit>>, token: &llmgov_cancel_token) -> Outcome<Permit> {
+pub(crate) fn block_on(
+    wait: impl Future<Output = llmgov_core::Result<Permit>>,
+    token: &llmgov_cancel_token,
+) -> Outcome<Permit> {
     let waker = Waker::from(Arc::new(Unpark(thread::current())));
     let id = {
         let mut waiters = token.waiters();
@@ -109,15 +126,12 @@ fn cancelled() -> Failure {
 /// it and no thread will cancel it.
 #[no_mangle]
 pub extern "C" fn llmgov_cancel_token_new() -> *mut llmgov_cancel_token {
-    Box::into_raw(Box::new(llmgov_cancel_token {
-        cancelled: AtomicBool::new(false),
-        waiting: Mutex::new(Waiters::default()),
-    }))
+    Box::into_raw(Box::new(llmgov_cancel_token::uncancelled()))
 }
 
-/// Cancels every `llmgov_governor_acquire_cancellable` waiting on `token`,
-/// now and later: each returns `LLMGOV_RESULT_CANCELLED` promptly, holding
-/// nothing. Callable from any thread, any number of times.
+/// Cancels every `llmgov_governor_acquire_cancellable` and
+/// `llmgov_governor_acquire_profile` waiting on `token`, now and later:
+/// each returns `LLMGOV_RESULT_CANCELLED` promptly, holding nothing. Callable from any thread, any number of times.
 ///
 /// # Safety
 /// `token` NULL (an error) or a live token.
@@ -178,9 +192,7 @@ pub unsafe extern "C" fn llmgov_governor_acquire_cancellable(
                 Out::new(out_permit, "out_permit")?,
             )
         };
-        if token.is_cancelled() {
-            return Err(cancelled());
-        }
+        token.check()?;
         let request = with_timeout(gov.request(request)?, timeout_ns);
         let permit = block_on(gov.governor.acquire(&request), token)?;
         // SAFETY: `governor` is live, from Arc::into_raw.
@@ -191,7 +203,7 @@ pub unsafe extern "C" fn llmgov_governor_acquire_cancellable(
 
 /// The request with its deadline shortened to the timeout: the scheduler
 /// bounds a wait by the least of the two, counted from the call, either way.
-fn with_timeout(mut request: Request, timeout_ns: u64) -> Request {
+pub(crate) fn with_timeout(mut request: Request, timeout_ns: u64) -> Request {
     if timeout_ns != LLMGOV_NO_TIMEOUT {
         let timeout = Duration::from_nanos(timeout_ns);
         request.deadline = Some(request.deadline.map_or(timeout, |own| own.min(timeout)));

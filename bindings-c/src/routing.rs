@@ -1,14 +1,16 @@
 //! Model profiles: a profile handle resolved once for a consumer, and an
 //! acquire by profile that picks the deployment with the most headroom,
 //! fails over, falls back where the request's class allows, and degrades to
-//! a cheaper profile past a cost budget's threshold.
+//! a cheaper profile past a cost budget's threshold; and one that waits,
+//! cancellably, in the queue of the deployment that should pass first.
 
 use std::ffi::{c_char, CString};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use llmgov_core::{Error, ProfileRoute};
+use llmgov_core::{Error, ProfileRoute, ProfileStep, Routed};
 
 use crate::args::{self, Out};
+use crate::cancel::{block_on, llmgov_cancel_token, with_timeout};
 use crate::errors::{c_string, guard, guard_infallible, llmgov_result, Failure, Outcome};
 use crate::governor::llmgov_governor;
 use crate::permit::{hand_out, llmgov_permit, llmgov_request};
@@ -27,7 +29,8 @@ pub struct llmgov_profile {
     names: Names,
 }
 
-/// Where `llmgov_governor_try_acquire_profile` sent a request.
+/// Where `llmgov_governor_try_acquire_profile` or
+/// `llmgov_governor_acquire_profile` sent a request.
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -181,23 +184,125 @@ pub unsafe extern "C" fn llmgov_governor_try_acquire_profile(
                 Out::new(out_routed, "out_routed")?,
             )
         };
-        if !std::ptr::eq(Arc::as_ptr(&profile.governor), governor) {
-            return Err(Failure::Core(Error::InvalidRequest {
-                field: "profile",
-                value: "a profile of another governor".to_owned(),
-                reason: "make profiles with llmgov_profile_new on the governor that acquires through them".to_owned(),
-            }));
-        }
+        profile.check_owner(governor)?;
         let request = gov.request_on(profile.route.primary(), request)?;
         let routed = gov.governor.try_acquire_profile(&profile.route, &request)?;
+        // SAFETY: `governor` is live, from Arc::into_raw.
+        unsafe { profile.hand_out(governor, routed, out_permit, out_routed) };
+        Ok(())
+    })
+}
+
+/// Waits fairly for admission through `profile`. It is admitted at once
+/// where `llmgov_governor_try_acquire_profile` would admit it. Otherwise
+/// it waits in the queue of the deployment that should pass first (the
+/// shortest retry) among those the request's class may use: a class whose
+/// `fallback_allowed` is false waits on its own profile's deployments,
+/// never on a fallback's. Deployments refused by the profile's cost budget
+/// thresholds are not waited on; once admitted, the thresholds are checked
+/// again, and one crossed during the wait refuses the request
+/// (`LLMGOV_RESULT_RATE_LIMITED` on `LLMGOV_DIMENSION_COST`), giving its
+/// permit back.
+///
+/// The wait is bounded as `llmgov_governor_acquire`'s: by `timeout_ns`
+/// (`LLMGOV_NO_TIMEOUT` for none of its own), the request's deadline and
+/// its class's maximum wait (`LLMGOV_RESULT_DEADLINE_EXCEEDED`, at once when
+/// the predicted wait is already longer), and its class's queue bound
+/// (`LLMGOV_RESULT_QUEUE_FULL`). A request that can never pass
+/// (`LLMGOV_RESULT_NEVER_FITS`, every deployment past a budget threshold,
+/// …) is refused at once. `cancel`, if not NULL, ends the wait as in
+/// `llmgov_governor_acquire_cancellable`: `LLMGOV_RESULT_CANCELLED` as soon
+/// as another thread cancels it; the request has left its queue and holds
+/// nothing. A refused or timed-out wait holds nothing either.
+///
+/// `request->route` is not read. The profile must be this governor's (else
+/// `LLMGOV_RESULT_INVALID_REQUEST` naming `profile`). On a manual clock,
+/// call `llmgov_governor_wake_waiters` after advancing it. Its refusals
+/// reach the event hook, at once or after a wait.
+///
+/// # Ownership
+/// As `llmgov_governor_try_acquire_profile`. The token stays the caller's.
+///
+/// # Safety
+/// As `llmgov_governor_try_acquire_profile`; `cancel` NULL or a token live
+/// for the whole call.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_governor_acquire_profile(
+    governor: *const llmgov_governor,
+    profile: *const llmgov_profile,
+    request: *const llmgov_request,
+    timeout_ns: u64,
+    cancel: *const llmgov_cancel_token,
+    out_permit: *mut *mut llmgov_permit,
+    out_routed: *mut llmgov_routed,
+) -> llmgov_result {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (gov, profile, request, out_permit, out_routed) = unsafe {
+            (
+                args::reference(governor, "governor")?,
+                args::reference(profile, "profile")?,
+                args::reference(request, "request")?,
+                Out::new(out_permit, "out_permit")?,
+                Out::new(out_routed, "out_routed")?,
+            )
+        };
+        let uncancellable;
+        // SAFETY: NULL or a live token, by the caller's contract.
+        let token = match unsafe { cancel.as_ref() } {
+            Some(token) => token,
+            None => {
+                uncancellable = llmgov_cancel_token::uncancelled();
+                &uncancellable
+            }
+        };
+        token.check()?;
+        profile.check_owner(governor)?;
+        let request = with_timeout(gov.request_on(profile.route.primary(), request)?, timeout_ns);
+        let routed = match gov.governor.step_profile(&profile.route, &request)? {
+            ProfileStep::Admitted(routed) => routed,
+            ProfileStep::Wait(wait) => {
+                let permit = block_on(gov.governor.acquire(&wait.request), token)?;
+                gov.governor.admit_waited(wait, permit)?
+            }
+        };
+        // SAFETY: `governor` is live, from Arc::into_raw.
+        unsafe { profile.hand_out(governor, routed, out_permit, out_routed) };
+        Ok(())
+    })
+}
+
+impl llmgov_profile {
+    /// Fails unless the profile was made on `governor`.
+    fn check_owner(&self, governor: *const llmgov_governor) -> Outcome {
+        if std::ptr::eq(Arc::as_ptr(&self.governor), governor) {
+            return Ok(());
+        }
+        Err(Failure::Core(Error::InvalidRequest {
+            field: "profile",
+            value: "a profile of another governor".to_owned(),
+            reason: "make profiles with llmgov_profile_new on the governor that acquires through them".to_owned(),
+        }))
+    }
+
+    /// Hands `routed`'s permit to the caller and says where it goes.
+    ///
+    /// # Safety
+    /// `governor` must be live and come from `Arc::into_raw`.
+    unsafe fn hand_out(
+        &self,
+        governor: *const llmgov_governor,
+        routed: Routed,
+        out_permit: Out<*mut llmgov_permit>,
+        out_routed: Out<llmgov_routed>,
+    ) {
         out_routed.write(llmgov_routed {
-            profile: profile.names.get(&routed.profile),
-            deployment: profile.names.get(&routed.deployment),
+            profile: self.names.get(&routed.profile),
+            deployment: self.names.get(&routed.deployment),
             fell_back: routed.fell_back,
             degraded: routed.degraded,
         });
-        // SAFETY: `governor` is live, from Arc::into_raw.
+        // SAFETY: the caller's contract.
         out_permit.write(unsafe { hand_out(governor, routed.permit) });
-        Ok(())
-    })
+    }
 }
