@@ -8,7 +8,6 @@ import "C"
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"time"
 )
 
@@ -49,22 +48,10 @@ func (g *Governor) Acquire(ctx context.Context, r Request) (*Permit, error) {
 		}
 		return newPermit(handle), nil
 	}
-	token := C.llmgov_cancel_token_new()
-	cancelled := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		C.llmgov_cancel_token_cancel(token)
-		close(cancelled)
+	err = acquireCancellable(ctx, func(token *C.llmgov_cancel_token) error {
+		return fromC(C.go_acquire_cancellable(h, &req, timeout, token, &handle, &ce), &ce)
 	})
-	result := C.go_acquire_cancellable(h, &req, timeout, token, &handle, &ce)
-	if !stop() { // the cancel has started: let it finish before the token goes
-		<-cancelled
-	}
-	C.llmgov_cancel_token_free(token)
-	if result == C.LLMGOV_RESULT_CANCELLED {
-		C.go_error_free(&ce)
-		return nil, fmt.Errorf("llmgov: acquire cancelled: %w (%w)", ctx.Err(), ErrCancelled)
-	}
-	if err := fromC(result, &ce); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	return newPermit(handle), nil
