@@ -38,8 +38,9 @@ const FRACTION_MASK: u128 = (1 << FRACTION_BITS) - 1;
 pub struct GcraParams {
     /// Nanoseconds one unit takes to refill, in 32.32 fixed point, rounded up.
     unit_ns_fixed: u128,
-    /// Beyond this many units, `units × unit_ns_fixed` would overflow: such
-    /// a charge saturates (checked once here rather than on every multiply).
+    /// Beyond this many units, the refill time would not fit in a `u64`
+    /// (nor, far beyond, `units × unit_ns_fixed` in a `u128`): such a
+    /// charge saturates (checked once here rather than on every multiply).
     max_exact_units: u64,
     /// The most the bucket holds.
     burst: u64,
@@ -57,7 +58,9 @@ impl GcraParams {
     pub fn new(amount: u64, window_ns: u64, burst: u64) -> Self {
         debug_assert!(amount > 0 && window_ns > 0 && burst > 0);
         let unit_ns_fixed = ((window_ns as u128) << FRACTION_BITS).div_ceil(amount as u128);
-        let max_exact_units = ((u128::MAX - FRACTION_MASK) / unit_ns_fixed).min(u64::MAX as u128) as u64;
+        // The most units whose rounded-up refill time, `(units × unit +
+        // mask) >> 32`, is at most u64::MAX.
+        let max_exact_units = (((u64::MAX as u128) << FRACTION_BITS) / unit_ns_fixed).min(u64::MAX as u128) as u64;
         let mut params = GcraParams { unit_ns_fixed, max_exact_units, burst, tau_ns: 0 };
         // The same rounding as every charge, so a request of exactly `burst` fits.
         params.tau_ns = params.units_to_ns(burst);
@@ -75,8 +78,8 @@ impl GcraParams {
         if units > self.max_exact_units {
             return u64::MAX;
         }
-        let ns = (units as u128 * self.unit_ns_fixed + FRACTION_MASK) >> FRACTION_BITS;
-        ns.min(u64::MAX as u128) as u64
+        // In range by `max_exact_units`: no clamp on the hot path.
+        ((units as u128 * self.unit_ns_fixed + FRACTION_MASK) >> FRACTION_BITS) as u64
     }
 
     /// `burst` expressed as time: how far the TAT may run ahead of now.
