@@ -132,18 +132,26 @@ export interface AcquireArgs {
 }
 
 /**
- * For an acquire that resolved to -1: throws its refusal (`RateLimitedError`,
+ * For an acquire that resolved to `null`: throws its refusal (`RateLimitedError`,
  * `DeadlineExceededError`, …), or returns `true` if it was aborted (the
  * JavaScript layer then throws the signal's reason).
  */
 export declare function acquireError(ticket: number): boolean
 
 /**
+ * Waits for the request to be admitted through its profile: at once as
+ * `tryAcquireProfile`, else in the queue of the deployment that should pass
+ * first among those its class may use. Its grant at once, or a Promise of
+ * it, or of `null` (see `waiting.rs`).
+ */
+export declare function acquireProfileStart(wait: WaitArgs, request: ProfileArgs): ProfileGrant | Promise<ProfileGrant | null>
+
+/**
  * Waits for capacity: a permit handle at once when the request is admitted
  * without waiting (the common case costs no trip through the runtime), or
- * a Promise of one, or of -1 (see the module docs).
+ * a Promise of one, or of `null` (see the module docs).
  */
-export declare function acquireStart(args: AcquireArgs): number | Promise<number>
+export declare function acquireStart(args: AcquireArgs): number | Promise<number | null>
 
 /** The advice for one failed attempt. */
 export interface Advice {
@@ -483,3 +491,15 @@ export interface Snapshot {
 
 /** Throws the error of the last hot-path call that returned -1. */
 export declare function throwLastError(): void
+
+/** How a call waits, whatever it waits for. */
+export interface WaitArgs {
+  /** The governor's id. */
+  governor: number
+  /** The JavaScript layer's number for this call (for abort and its error). */
+  ticket: number
+  /** Order among the tenant's waiting requests of the class: higher first. */
+  priority: number
+  /** The longest to wait, in ms (capped by the class's maximum wait). */
+  deadlineMs?: number
+}

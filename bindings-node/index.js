@@ -839,6 +839,7 @@ module.exports.NativeGovernor = nativeBinding.NativeGovernor
 module.exports.RetryPolicy = nativeBinding.RetryPolicy
 module.exports.acquireAbort = nativeBinding.acquireAbort
 module.exports.acquireError = nativeBinding.acquireError
+module.exports.acquireProfileStart = nativeBinding.acquireProfileStart
 module.exports.acquireStart = nativeBinding.acquireStart
 module.exports.countTokens = nativeBinding.countTokens
 module.exports.estimateTokens = nativeBinding.estimateTokens

@@ -48,5 +48,11 @@ next.cancel();
 // The Prometheus text exposition, for a /metrics endpoint.
 const metrics = gov.prometheus();
 console.log(metrics.split('\n').find((l) => l.startsWith('llmgov_admitted_total')));
+
+// Or wait: at once if a deployment takes it, else in the queue of the one
+// that frees first among those its class may use (azure, freed by the cancel).
+const waited = await gov.acquireProfile({ profile, inputTokens: 6000, signal: AbortSignal.timeout(5000) });
+console.log(`waited → ${waited.deployment}`);
+waited.cancel();
 // Listeners never keep the process alive: wait for what you need.
 await firstDenial;

@@ -21,10 +21,10 @@ pub use errors::register_error_factory;
 pub use feedback::{classify_response, Advice, AdviceReason, Classification, RetryOptions, RetryPolicy};
 pub use governor::{NativeGovernor, PermitInfo};
 pub use hot::{hot_add_output, hot_cancel, hot_settle, hot_try_acquire, register_args, throw_last_error};
-pub use routing::{ProfileArgs, ProfileGrant};
+pub use routing::{acquire_profile_start, ProfileArgs, ProfileGrant};
 pub use snapshot::{ClassMetrics, LimitSnapshot, QueueMetrics, ScopeSnapshot, Snapshot};
 pub use tokens::{count_chat_tokens, count_tokens, estimate_request, estimate_tokens, RequestEstimate};
-pub use waiting::{acquire_abort, acquire_error, acquire_start, AcquireArgs};
+pub use waiting::{acquire_abort, acquire_error, acquire_start, AcquireArgs, WaitArgs};
 
 /// The version of the addon (the crate's), to check the JavaScript layer
 /// loaded the addon it was built with.

@@ -3,15 +3,17 @@
 //! skipped, failover on refusal, the fallback chain where the class may,
 //! the cheaper profile past a cost budget's threshold);
 //! this file keeps each resolved profile behind a number, as routes are, and
-//! hands back the permit with where it went.
+//! hands back the permit with where it went. Waiting by profile
+//! ([`acquire_profile_start`]) goes through `waiting.rs` as `acquire` does.
 
-use llmgov::Request;
+use llmgov::{Permit, ProfileRoute, Request, Routed};
 use napi::{Env, Result};
 use napi_derive::napi;
 
-use crate::errors::invalid;
-use crate::governor::NativeGovernor;
+use crate::errors::{invalid, OrThrow};
+use crate::governor::{with, NativeGovernor, State};
 use crate::numbers::count;
+use crate::waiting::{start_wait, waiting, Grant, Started, WaitArgs};
 
 /// A request to admit through a resolved profile.
 #[napi(object)]
@@ -69,29 +71,64 @@ impl NativeGovernor {
     #[napi(catch_unwind)]
     pub fn try_acquire_profile(&self, env: Env, request: ProfileArgs) -> Result<ProfileGrant> {
         self.with(&env, |s| {
-            let profile = s
-                .profiles
-                .get(request.profile as usize)
-                .ok_or_else(|| invalid("profile", request.profile, "not a profile of this governor"))?;
-            let mut core = Request::new(profile.primary())
-                .input_tokens(count("input_tokens", request.input_tokens)?)
-                .cached_input_tokens(count("cached_input_tokens", request.cached_input_tokens)?)
-                .max_output_tokens(count("max_output_tokens", request.max_output_tokens)?);
-            if let Some(expected) = request.expected_output_tokens {
-                core.expected_output_tokens = Some(count("expected_output_tokens", expected)?);
-            }
-            core.class = s.class(request.class_number)?;
+            let (profile, core) = profile_request(s, &request)?;
             let routed = s.gov.try_acquire_profile(profile, &core)?;
-            let route = s.route_number(routed.permit.route());
-            let now = routed.permit.acquired_at();
-            Ok(ProfileGrant {
-                handle: s.permits.insert(routed.permit, now),
-                route,
-                profile: routed.profile.to_string(),
-                deployment: routed.deployment.to_string(),
-                fell_back: routed.fell_back,
-                degraded: routed.degraded,
-            })
+            Ok(routed.deliver(s))
         })
+    }
+}
+
+/// Waits for the request to be admitted through its profile: at once as
+/// `tryAcquireProfile`, else in the queue of the deployment that should pass
+/// first among those its class may use. Its grant at once, or a Promise of
+/// it, or of `null` (see `waiting.rs`).
+#[napi(catch_unwind, ts_return_type = "ProfileGrant | Promise<ProfileGrant | null>")]
+pub fn acquire_profile_start(env: &Env, wait: WaitArgs, request: ProfileArgs) -> Result<Started<'_, ProfileGrant>> {
+    let (gov, profile, core) = with(wait.governor, |s| {
+        let (profile, core) = profile_request(s, &request)?;
+        Ok((s.gov.clone(), profile.clone(), waiting(core, wait.priority, wait.deadline_ms)?))
+    })
+    .or_throw(env)?;
+    let acquiring = gov.clone();
+    let routed = Box::pin(async move { acquiring.acquire_profile(&profile, &core).await });
+    start_wait(env, wait.governor, wait.ticket, gov, routed)
+}
+
+/// The profile `args` names and the request it describes, on the profile's
+/// first deployment (the core moves it to the one chosen).
+fn profile_request<'s>(s: &'s State, args: &ProfileArgs) -> llmgov::Result<(&'s ProfileRoute, Request)> {
+    let profile = s
+        .profiles
+        .get(args.profile as usize)
+        .ok_or_else(|| invalid("profile", args.profile, "not a profile of this governor"))?;
+    let mut request = Request::new(profile.primary())
+        .input_tokens(count("input_tokens", args.input_tokens)?)
+        .cached_input_tokens(count("cached_input_tokens", args.cached_input_tokens)?)
+        .max_output_tokens(count("max_output_tokens", args.max_output_tokens)?);
+    if let Some(expected) = args.expected_output_tokens {
+        request.expected_output_tokens = Some(count("expected_output_tokens", expected)?);
+    }
+    request.class = s.class(args.class_number)?;
+    Ok((profile, request))
+}
+
+impl Grant for Routed {
+    type Js = ProfileGrant;
+
+    fn permit(&mut self) -> &mut Permit {
+        &mut self.permit
+    }
+
+    fn deliver(self, s: &mut State) -> ProfileGrant {
+        let route = s.route_number(self.permit.route());
+        let now = self.permit.acquired_at();
+        ProfileGrant {
+            handle: s.permits.insert(self.permit, now),
+            route,
+            profile: self.profile.to_string(),
+            deployment: self.deployment.to_string(),
+            fell_back: self.fell_back,
+            degraded: self.degraded,
+        }
     }
 }

@@ -5,13 +5,14 @@
  */
 import { readFileSync } from 'node:fs';
 
-import native, { Classification, PermitInfo, QueueMetrics, ProfileGrant, Snapshot } from './native';
+import native, { Classification, PermitInfo, QueueMetrics, ProfileArgs, ProfileGrant, Snapshot } from './native';
 import { invalidArgument } from './errors';
 import { AnyUsage, normalizeUsage } from './usage';
 import { flattenHeaders, HeadersLike } from './headers';
 import { BodyLike, bodyText, checkStatus } from './feedback';
 import { countChatTokens, countTokens } from './tokens';
 import { dispatcher, EventListener } from './events';
+import { granted, keptUnlessAborted, waitNumbers, WaitOptions } from './waiting';
 
 export type { ClassMetrics, LimitSnapshot, PermitInfo, QueueMetrics, ScopeSnapshot, Snapshot } from './native';
 
@@ -83,18 +84,13 @@ export interface ProfileRequest extends Omit<AcquireRequest, 'route' | 'paths'> 
   consumer?: readonly string[];
 }
 
-/** What {@link Governor.acquire} waits for: a request, and how to wait. */
-export interface WaitRequest extends AcquireRequest {
-  /** Aborting it stops the wait (the request leaves the queue) and rejects with its reason. */
-  signal?: AbortSignal;
-  /** Order among the tenant's waiting requests of the class: higher first (default 0). */
-  priority?: number;
-  /** The longest to wait, in ms (the class's maximum wait caps it). */
-  deadlineMs?: number;
-}
+export type { WaitOptions } from './waiting';
 
-/** Numbers for the calls of {@link Governor.acquire}, for abort and errors. */
-let tickets = 0;
+/** What {@link Governor.acquire} waits for: a request, and how to wait. */
+export interface WaitRequest extends AcquireRequest, WaitOptions {}
+
+/** What {@link Governor.acquireProfile} waits for: a request by profile, and how to wait. */
+export interface ProfileWaitRequest extends ProfileRequest, WaitOptions {}
 
 /** Where a permit stands. */
 export type PermitState = 'pending' | 'settled' | 'cancelled' | 'expired';
@@ -269,7 +265,7 @@ export class RoutedPermit extends Permit {
    */
   readonly degraded: boolean;
 
-  /** @internal Made by {@link Governor.tryAcquireProfile}. */
+  /** @internal Made by {@link Governor.tryAcquireProfile} and {@link Governor.acquireProfile}. */
   constructor(gov: NativeGovernor, id: number, routed: ProfileGrant) {
     super(gov, id, routed.handle, routed.route as Route);
     this.profile = routed.profile;
@@ -387,19 +383,30 @@ export class Governor {
    * {@link CircuitOpenError} (every breaker open) or {@link NeverFitsError}.
    */
   tryAcquireProfile(request: ProfileRequest): RoutedPermit {
-    if (request === null || typeof request !== 'object') {
-      throw invalidArgument('request', request, "must be an object such as { profile: 'gpt-4o', inputTokens }");
-    }
-    const expected = request.expectedOutputTokens;
-    const routed = this.#native.tryAcquireProfile({
-      profile: this.#profileOf(request),
-      inputTokens: this.#inputOf(request),
-      cachedInputTokens: optionalCount('cachedInputTokens', request.cachedInputTokens),
-      maxOutputTokens: optionalCount('maxOutputTokens', request.maxOutputTokens),
-      expectedOutputTokens: expected === undefined ? undefined : count('expectedOutputTokens', expected),
-      classNumber: request.klass === undefined ? 0 : this.#classOf(request.klass),
-    });
+    const routed = this.#native.tryAcquireProfile(this.#profileArgs(request));
     return new RoutedPermit(this.#native, this.#id, routed);
+  }
+
+  /**
+   * Waits until the request can be reserved through its profile, and
+   * resolves to a {@link RoutedPermit}: at once where
+   * {@link tryAcquireProfile} would admit it; otherwise in the queue of the
+   * deployment that should pass first among those its class may use (the
+   * fallback chain only where `fallback_allowed`). Deployments past a cost
+   * budget's threshold are not waited for, and the thresholds are checked
+   * again once admitted: one crossed meanwhile rejects with its
+   * {@link RateLimitedError} (on `cost`) and holds nothing. Rejects as
+   * {@link acquire} does otherwise: {@link NeverFitsError} at once,
+   * {@link DeadlineExceededError}, {@link QueueFullError}, or the signal's
+   * reason when it is aborted (the request then leaves the queue).
+   */
+  async acquireProfile(request: ProfileWaitRequest): Promise<RoutedPermit> {
+    const signal = request?.signal;
+    signal?.throwIfAborted();
+    const args = this.#profileArgs(request);
+    const wait = waitNumbers(request);
+    const routed = await granted(native.acquireProfileStart({ governor: this.#id, ...wait }, args), wait.ticket, signal);
+    return keptUnlessAborted(new RoutedPermit(this.#native, this.#id, routed), signal);
   }
 
   /**
@@ -413,45 +420,20 @@ export class Governor {
     const signal = request?.signal;
     signal?.throwIfAborted();
     const route = this.#routeOf(request);
-    const priority = request.priority ?? 0;
-    if (typeof priority !== 'number' || !Number.isInteger(priority) || Math.abs(priority) > 2 ** 31 - 1) {
-      throw invalidArgument('priority', priority, 'must be an integer of at most 2^31 - 1 either way');
-    }
+    const wait = waitNumbers(request);
     const expected = request.expectedOutputTokens;
-    const deadline = request.deadlineMs;
-    const ticket = (tickets = (tickets + 1) >>> 0);
-    const waiting = native.acquireStart({
+    const started = native.acquireStart({
       governor: this.#id,
-      ticket,
+      ...wait,
       route,
       inputTokens: this.#inputOf(request),
       cachedInputTokens: optionalCount('cachedInputTokens', request.cachedInputTokens),
       maxOutputTokens: optionalCount('maxOutputTokens', request.maxOutputTokens),
       expectedOutputTokens: expected === undefined ? undefined : count('expectedOutputTokens', expected),
       classNumber: request.klass === undefined ? 0 : this.#classOf(request.klass),
-      priority,
-      deadlineMs: deadline === undefined ? undefined : count('deadlineMs', deadline),
     });
-    let handle: number;
-    if (typeof waiting === 'number') {
-      handle = waiting; // admitted at once
-    } else {
-      const abort = () => native.acquireAbort(ticket);
-      signal?.addEventListener('abort', abort, { once: true });
-      try {
-        handle = await waiting;
-      } finally {
-        signal?.removeEventListener('abort', abort);
-      }
-    }
-    if (handle < 0 && native.acquireError(ticket)) throw signal?.reason;
-    const permit = new Permit(this.#native, this.#id, handle, route);
-    if (signal?.aborted) {
-      // Granted as the signal fired: the caller has gone, give it back.
-      permit.cancel();
-      throw signal.reason;
-    }
-    return permit;
+    const handle = await granted(started, wait.ticket, signal);
+    return keptUnlessAborted(new Permit(this.#native, this.#id, handle, route), signal);
   }
 
   /**
@@ -551,6 +533,22 @@ export class Governor {
     if (route !== undefined) throw invalidArgument('route', route, 'must be a route from gov.route(paths)');
     if (request.paths === undefined) throw invalidArgument('paths', undefined, 'give `route` or `paths`');
     return this.route(request.paths);
+  }
+
+  /** The addon's arguments for a request by profile. */
+  #profileArgs(request: ProfileRequest): ProfileArgs {
+    if (request === null || typeof request !== 'object') {
+      throw invalidArgument('request', request, "must be an object such as { profile: 'gpt-4o', inputTokens }");
+    }
+    const expected = request.expectedOutputTokens;
+    return {
+      profile: this.#profileOf(request),
+      inputTokens: this.#inputOf(request),
+      cachedInputTokens: optionalCount('cachedInputTokens', request.cachedInputTokens),
+      maxOutputTokens: optionalCount('maxOutputTokens', request.maxOutputTokens),
+      expectedOutputTokens: expected === undefined ? undefined : count('expectedOutputTokens', expected),
+      classNumber: request.klass === undefined ? 0 : this.#classOf(request.klass),
+    };
   }
 
   #profileOf(request: ProfileRequest): Profile {

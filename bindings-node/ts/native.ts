@@ -15,6 +15,7 @@ export type {
   QueueMetrics,
   RequestEstimate,
   RetryOptions,
+  ProfileArgs,
   ProfileGrant,
   ScopeSnapshot,
   Snapshot,
