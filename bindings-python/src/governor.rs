@@ -495,6 +495,93 @@ impl PyGovernor {
         routing::try_acquire(slf, profile.get(), &request_args)
     }
 
+    /// Waits fairly for admission through `profile` (an awaitable): at once
+    /// on the roomiest deployment that admits it, as `try_acquire_profile`;
+    /// otherwise in the queue of the deployment that should pass first
+    /// among those the class may use (an open breaker or a budget threshold
+    /// is not waited for). A routed `Permit`, or `DeadlineExceeded`,
+    /// `QueueFull`, `NeverFits`, or a budget threshold's `RateLimited` when
+    /// the spend crossed it meanwhile (then nothing is held). `priority` and
+    /// `deadline_ms` as for `acquire`; cancelling the task leaves the queue.
+    #[pyo3(signature = (profile, input_tokens = None, max_output_tokens = None, *, paths = None, text = None,
+        messages = None, model = None, tools = None, cached_input_tokens = None, expected_output_tokens = None,
+        klass = None, priority = None, deadline_ms = None, **extra))]
+    #[allow(clippy::too_many_arguments)]
+    fn acquire_profile<'py>(
+        slf: &Bound<'py, Self>,
+        profile: &Bound<'py, PyAny>,
+        input_tokens: Option<&Bound<'py, PyAny>>,
+        max_output_tokens: Option<&Bound<'py, PyAny>>,
+        paths: Option<&Bound<'py, PyAny>>,
+        text: Option<&Bound<'py, PyAny>>,
+        messages: Option<&Bound<'py, PyAny>>,
+        model: Option<&Bound<'py, PyAny>>,
+        tools: Option<&Bound<'py, PyAny>>,
+        cached_input_tokens: Option<&Bound<'py, PyAny>>,
+        expected_output_tokens: Option<&Bound<'py, PyAny>>,
+        klass: Option<&Bound<'py, PyAny>>,
+        priority: Option<&Bound<'py, PyAny>>,
+        deadline_ms: Option<&Bound<'py, PyAny>>,
+        extra: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        no_unknown("acquire_profile", extra)?;
+        let profile = routing::resolve(slf, profile, paths)?;
+        let request_args = RequestArgs {
+            input_tokens,
+            text,
+            messages,
+            model,
+            tools,
+            cached_input_tokens,
+            max_output_tokens,
+            expected_output_tokens,
+            klass,
+        };
+        let wait = routing::WaitArgs { priority, deadline_ms };
+        routing::acquire_async(slf, profile.get(), &request_args, &wait)
+    }
+
+    /// Waits as `acquire_profile` does, blocking the calling thread (the
+    /// GIL released) for at most `timeout` seconds.
+    #[pyo3(signature = (profile, input_tokens = None, max_output_tokens = None, *, paths = None, text = None,
+        messages = None, model = None, tools = None, cached_input_tokens = None, expected_output_tokens = None,
+        klass = None, priority = None, deadline_ms = None, timeout = None, **extra))]
+    #[allow(clippy::too_many_arguments)]
+    fn acquire_profile_blocking(
+        slf: &Bound<'_, Self>,
+        profile: &Bound<'_, PyAny>,
+        input_tokens: Option<&Bound<'_, PyAny>>,
+        max_output_tokens: Option<&Bound<'_, PyAny>>,
+        paths: Option<&Bound<'_, PyAny>>,
+        text: Option<&Bound<'_, PyAny>>,
+        messages: Option<&Bound<'_, PyAny>>,
+        model: Option<&Bound<'_, PyAny>>,
+        tools: Option<&Bound<'_, PyAny>>,
+        cached_input_tokens: Option<&Bound<'_, PyAny>>,
+        expected_output_tokens: Option<&Bound<'_, PyAny>>,
+        klass: Option<&Bound<'_, PyAny>>,
+        priority: Option<&Bound<'_, PyAny>>,
+        deadline_ms: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        extra: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PyPermit> {
+        no_unknown("acquire_profile_blocking", extra)?;
+        let profile = routing::resolve(slf, profile, paths)?;
+        let request_args = RequestArgs {
+            input_tokens,
+            text,
+            messages,
+            model,
+            tools,
+            cached_input_tokens,
+            max_output_tokens,
+            expected_output_tokens,
+            klass,
+        };
+        let wait = routing::WaitArgs { priority, deadline_ms };
+        routing::acquire_blocking(slf, profile.get(), &request_args, &wait, waiting::timeout(timeout)?)
+    }
+
     /// Sets the callable told of every event, as a dict with an `event` key:
     /// `denied` (`code`, `scope`, `dimension`, `retry_after_ms`, `class`),
     /// `provider_rejected` (`scopes`, `kind`, `dimension`,

@@ -2,8 +2,16 @@
 //! and its fallback chain for a consumer once (a `Profile`), and
 //! `gov.try_acquire_profile(profile, ...)` admits on the deployment with the
 //! most headroom, failing over and falling back as the config allows.
+//! `gov.acquire_profile(...)` (awaited) and `gov.acquire_profile_blocking(...)`
+//! wait, when no deployment admits now, in the queue of the one that should
+//! pass first among those the request's class may use.
 
-use llmgov::ProfileRoute;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use llmgov::{Acquire, Governor, ProfileRoute, ProfileStep, ProfileWait, Request, Routed};
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
@@ -11,6 +19,7 @@ use crate::args::type_name;
 use crate::errors::{invalid, IntoPyResult};
 use crate::governor::{path_list, PyGovernor, RequestArgs};
 use crate::permit::PyPermit;
+use crate::wake::{self, Waiting};
 
 /// A model profile and its fallback chain resolved for a consumer's paths,
 /// from `Governor.profile(name, paths)`. Pass it to `try_acquire_profile`
@@ -83,4 +92,101 @@ pub fn try_acquire(gov: &Bound<'_, PyGovernor>, profile: &PyProfile, args: &Requ
     let request = this.request(gov.py(), profile.route.primary(), args)?;
     let routed = this.gov.try_acquire_profile(&profile.route, &request).py_err()?;
     Ok(PyPermit::routed(routed, gov.clone().unbind()))
+}
+
+/// The waiting arguments a request by profile adds to `try_acquire_profile`'s.
+pub struct WaitArgs<'a, 'py> {
+    pub priority: Option<&'a Bound<'py, PyAny>>,
+    pub deadline_ms: Option<&'a Bound<'py, PyAny>>,
+}
+
+/// The request `args` and `wait` describe, on `profile`'s primary route.
+fn waiting_request(
+    gov: &Bound<'_, PyGovernor>,
+    profile: &PyProfile,
+    args: &RequestArgs<'_, '_>,
+    wait: &WaitArgs<'_, '_>,
+) -> PyResult<Request> {
+    let request = gov.get().request(gov.py(), profile.route.primary(), args)?;
+    crate::waiting::with_waiting(request, wait.priority, wait.deadline_ms)
+}
+
+/// `await gov.acquire_profile(...)`: an asyncio future resolved on the
+/// loop's thread to a routed `Permit` or the mapped refusal.
+pub fn acquire_async<'py>(
+    gov: &Bound<'py, PyGovernor>,
+    profile: &PyProfile,
+    args: &RequestArgs<'_, 'py>,
+    wait: &WaitArgs<'_, 'py>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let request = waiting_request(gov, profile, args, wait)?;
+    wake::wait_async(gov, |core| Waiting::Profile(ProfileAcquire::start(core, &profile.route, &request)))
+}
+
+/// `gov.acquire_profile_blocking(...)`: parks the thread, the GIL released,
+/// for at most `timeout`, until a routed `Permit` or a refusal.
+pub fn acquire_blocking(
+    gov: &Bound<'_, PyGovernor>,
+    profile: &PyProfile,
+    args: &RequestArgs<'_, '_>,
+    wait: &WaitArgs<'_, '_>,
+    timeout: Option<Duration>,
+) -> PyResult<PyPermit> {
+    let request = waiting_request(gov, profile, args, wait)?;
+    let core = &gov.get().gov;
+    let routed = gov.py().detach(|| core.acquire_profile_blocking(&profile.route, &request, timeout)).py_err()?;
+    Ok(PyPermit::routed(routed, gov.clone().unbind()))
+}
+
+/// A request by profile waiting for admission, for the event loop's driver
+/// (`wake.rs`) to poll: the first step is taken at once (admitted, refused,
+/// or queued on a deployment, so the caller is in the queue before it
+/// awaits); once the deployment admits it, `Governor::admit_waited` checks
+/// the profile's budget thresholds again, on the polling thread.
+pub struct ProfileAcquire {
+    gov: Governor,
+    state: Step,
+}
+
+enum Step {
+    Done(Option<llmgov::Result<Routed>>),
+    Queued(Option<ProfileWait>, Acquire),
+}
+
+impl ProfileAcquire {
+    /// Routes `request` through `profile`, queuing it where it must wait.
+    pub fn start(gov: &Governor, profile: &ProfileRoute, request: &Request) -> Self {
+        let state = match gov.step_profile(profile, request) {
+            Ok(ProfileStep::Admitted(routed)) => Step::Done(Some(Ok(routed))),
+            Ok(ProfileStep::Wait(wait)) => {
+                let acquire = gov.acquire(&wait.request);
+                Step::Queued(Some(wait), acquire)
+            }
+            Err(error) => Step::Done(Some(Err(error))),
+        };
+        ProfileAcquire { gov: gov.clone(), state }
+    }
+
+    /// Whether it is still in its deployment's queue, unanswered.
+    pub fn is_waiting(&self) -> bool {
+        matches!(&self.state, Step::Queued(Some(_), acquire) if acquire.is_waiting())
+    }
+}
+
+impl Future for ProfileAcquire {
+    type Output = llmgov::Result<Routed>;
+
+    /// # Panics
+    /// If polled again after it returned `Ready`.
+    fn poll(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        match &mut this.state {
+            Step::Done(outcome) => Poll::Ready(outcome.take().expect("ProfileAcquire polled after it completed")),
+            Step::Queued(wait, acquire) => {
+                let admitted = ready!(Pin::new(acquire).poll(context));
+                let wait = wait.take().expect("ProfileAcquire polled after it completed");
+                Poll::Ready(admitted.and_then(|permit| this.gov.admit_waited(wait, permit)))
+            }
+        }
+    }
 }

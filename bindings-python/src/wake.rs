@@ -1,5 +1,5 @@
-//! `await gov.acquire(...)` on asyncio with no foreign thread ever taking
-//! the GIL.
+//! `await gov.acquire(...)` and `await gov.acquire_profile(...)` on asyncio
+//! with no foreign thread ever taking the GIL.
 //!
 //! The core's waiting future needs no runtime: its waker is called by the
 //! governor's timer thread or by whoever settles or cancels. Here the waker
@@ -7,7 +7,9 @@
 //! loop watches the other end (`loop.add_reader`) and polls the woken
 //! futures on its own thread, where it resolves their asyncio futures. So
 //! the interpreter can finalize at any moment: no thread outside Python
-//! holds, or waits for, the GIL.
+//! holds, or waits for, the GIL. A request by profile finishes where it is
+//! polled, on the loop's thread: its budget thresholds are checked again
+//! once its deployment admits it (see `routing::ProfileAcquire`).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -18,13 +20,14 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
-use llmgov::{Acquire, Permit};
+use llmgov::{Acquire, Permit, Routed};
 use pyo3::prelude::*;
 use pyo3::{PyTraverseError, PyVisit};
 
 use crate::errors::to_py;
 use crate::governor::PyGovernor;
 use crate::permit::PyPermit;
+use crate::routing::ProfileAcquire;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -68,9 +71,56 @@ impl Wake for TaskWaker {
     }
 }
 
+/// What a task waits for.
+pub enum Waiting {
+    /// A permit on a route (`acquire`).
+    Route(Acquire),
+    /// A permit through a profile (`acquire_profile`), which says where it went.
+    Profile(ProfileAcquire),
+}
+
+/// What a task was granted.
+enum Granted {
+    Route(Permit),
+    Profile(Routed),
+}
+
+impl Granted {
+    fn permit(&mut self) -> &mut Permit {
+        match self {
+            Granted::Route(permit) => permit,
+            Granted::Profile(routed) => &mut routed.permit,
+        }
+    }
+
+    fn into_py(self, gov: Py<PyGovernor>) -> PyPermit {
+        match self {
+            Granted::Route(permit) => PyPermit::new(permit, gov),
+            Granted::Profile(routed) => PyPermit::routed(routed, gov),
+        }
+    }
+}
+
+impl Waiting {
+    /// Whether it is still queued, unanswered (else polling it is ready).
+    fn is_waiting(&self) -> bool {
+        match self {
+            Waiting::Route(acquire) => acquire.is_waiting(),
+            Waiting::Profile(acquire) => acquire.is_waiting(),
+        }
+    }
+
+    fn poll(&mut self, context: &mut Context<'_>) -> Poll<llmgov::Result<Granted>> {
+        match self {
+            Waiting::Route(acquire) => Pin::new(acquire).poll(context).map(|r| r.map(Granted::Route)),
+            Waiting::Profile(acquire) => Pin::new(acquire).poll(context).map(|r| r.map(Granted::Profile)),
+        }
+    }
+}
+
 /// A waiting acquire and the asyncio future it resolves.
 struct Task {
-    acquire: Acquire,
+    waiting: Waiting,
     waker: Waker,
     future: Py<PyAny>,
     gov: Py<PyGovernor>,
@@ -90,7 +140,7 @@ impl Driver {
     /// Polls one task; true when it is finished (resolved or dropped).
     fn poll(py: Python<'_>, task: &mut Task) -> bool {
         let mut context = Context::from_waker(&task.waker);
-        let Poll::Ready(outcome) = Pin::new(&mut task.acquire).poll(&mut context) else {
+        let Poll::Ready(outcome) = task.waiting.poll(&mut context) else {
             return false;
         };
         resolve(py, task, outcome);
@@ -100,15 +150,15 @@ impl Driver {
 
 /// Hands the outcome to the asyncio future, on the loop's thread. A permit
 /// granted just as the caller gave up is cancelled, so nothing leaks.
-fn resolve(py: Python<'_>, task: &Task, outcome: llmgov::Result<Permit>) {
+fn resolve(py: Python<'_>, task: &Task, outcome: llmgov::Result<Granted>) {
     let future = task.future.bind(py);
     let pending = future.call_method0("done").and_then(|d| d.is_truthy()).map(|done| !done).unwrap_or(false);
     let delivered = match outcome {
-        Ok(mut permit) if !pending => {
-            let _ = task.gov.bind(py).get().gov.cancel(&mut permit);
+        Ok(mut granted) if !pending => {
+            let _ = task.gov.bind(py).get().gov.cancel(granted.permit());
             Ok(())
         }
-        Ok(permit) => Py::new(py, PyPermit::new(permit, task.gov.clone_ref(py)))
+        Ok(granted) => Py::new(py, granted.into_py(task.gov.clone_ref(py)))
             .and_then(|permit| future.call_method1("set_result", (permit,)).map(drop)),
         Err(_) if !pending => Ok(()),
         Err(error) => future.call_method1("set_exception", (to_py(error).value(py),)).map(drop),
@@ -169,16 +219,16 @@ impl Driver {
 }
 
 impl Driver {
-    /// Starts waiting on `acquire` for `future`, resolved on the loop's
-    /// thread when woken. Returns the task's id (for [`Driver::forget`]).
-    pub fn start(&self, acquire: Acquire, future: Py<PyAny>, gov: Py<PyGovernor>) -> u64 {
+    /// Starts `waiting` for `future`, resolved on the loop's thread when
+    /// woken. Returns the task's id (for [`Driver::forget`]).
+    pub fn start(&self, waiting: Waiting, future: Py<PyAny>, gov: Py<PyGovernor>) -> u64 {
         let id = {
             let mut next = lock(&self.next);
             *next += 1;
             *next
         };
         let waker = Waker::from(Arc::new(TaskWaker { id, bell: self.bell.clone() }));
-        lock(&self.tasks).insert(id, Task { acquire, waker, future, gov });
+        lock(&self.tasks).insert(id, Task { waiting, waker, future, gov });
         // Even one admitted at once is first polled by the loop, so the
         // caller's `await` always yields: resolved inline, a wave of
         // callers admitted together ran on without yielding and sent
@@ -189,10 +239,14 @@ impl Driver {
     }
 
     /// Drops task `id` if it still waits (its future was cancelled): the
-    /// request leaves the queue.
-    pub fn forget(&self, id: u64) {
-        let task = lock(&self.tasks).remove(&id);
-        drop(task);
+    /// request leaves the queue. One admitted before the loop polled it is
+    /// polled now, so that its permit is cancelled rather than left to
+    /// expire.
+    pub fn forget(&self, py: Python<'_>, id: u64) {
+        let Some(mut task) = lock(&self.tasks).remove(&id) else { return };
+        if !task.waiting.is_waiting() {
+            Self::poll(py, &mut task);
+        }
     }
 }
 
@@ -211,19 +265,30 @@ pub struct Forget {
 #[pymethods]
 impl Forget {
     fn __call__(&self, py: Python<'_>, _future: &Bound<'_, PyAny>) {
-        self.driver.bind(py).get().forget(self.id);
+        self.driver.bind(py).get().forget(py, self.id);
     }
 }
 
 /// `await gov.acquire(...)`: an asyncio future of the running loop,
 /// resolved to a `Permit` or the mapped refusal.
 pub fn acquire_async<'py>(gov: &Bound<'py, PyGovernor>, request: llmgov::Request) -> PyResult<Bound<'py, PyAny>> {
+    wait_async(gov, |core| Waiting::Route(core.acquire(&request)))
+}
+
+/// An asyncio future of the running loop, resolved to a `Permit` or the
+/// mapped refusal by what `start` begins waiting for; cancelling it leaves
+/// the queue. `start` runs once the future exists, so that nothing
+/// admitted is dropped when there is no running loop.
+pub fn wait_async<'py>(
+    gov: &Bound<'py, PyGovernor>,
+    start: impl FnOnce(&llmgov::Governor) -> Waiting,
+) -> PyResult<Bound<'py, PyAny>> {
     let py = gov.py();
     let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
     let future = event_loop.call_method0("create_future")?;
     let driver = driver(py, &event_loop)?;
-    let acquire = gov.get().gov.acquire(&request);
-    let id = driver.get().start(acquire, future.clone().unbind(), gov.clone().unbind());
+    let waiting = start(&gov.get().gov);
+    let id = driver.get().start(waiting, future.clone().unbind(), gov.clone().unbind());
     let forget = Forget { driver: driver.unbind(), id };
     future.call_method1("add_done_callback", (forget,))?;
     Ok(future)

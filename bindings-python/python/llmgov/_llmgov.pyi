@@ -306,6 +306,43 @@ class Governor:
         klass: Optional[str] = None,
         **extra: Any,
     ) -> Permit: ...
+    def acquire_profile(
+        self,
+        profile: Union[str, "Profile"],
+        input_tokens: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+        *,
+        paths: Optional[Union[str, Sequence[str]]] = None,
+        text: Optional[str] = None,
+        messages: Optional[Sequence[Mapping[str, Any]]] = None,
+        model: Optional[str] = None,
+        tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        cached_input_tokens: Optional[int] = None,
+        expected_output_tokens: Optional[int] = None,
+        klass: Optional[str] = None,
+        priority: Optional[int] = None,
+        deadline_ms: Optional[float] = None,
+        **extra: Any,
+    ) -> Awaitable[Permit]: ...
+    def acquire_profile_blocking(
+        self,
+        profile: Union[str, "Profile"],
+        input_tokens: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+        *,
+        paths: Optional[Union[str, Sequence[str]]] = None,
+        text: Optional[str] = None,
+        messages: Optional[Sequence[Mapping[str, Any]]] = None,
+        model: Optional[str] = None,
+        tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        cached_input_tokens: Optional[int] = None,
+        expected_output_tokens: Optional[int] = None,
+        klass: Optional[str] = None,
+        priority: Optional[int] = None,
+        deadline_ms: Optional[float] = None,
+        timeout: Optional[float] = None,
+        **extra: Any,
+    ) -> Permit: ...
     def set_event_hook(self, hook: Optional[Callable[[Dict[str, Any]], Any]]) -> None: ...
     def prometheus(self) -> str: ...
     def queue_metrics(self) -> Dict[str, Any]: ...
