@@ -51,6 +51,7 @@ const profile: Profile = gov.profile('gpt-4o', ['tenants/acme']);
 const routed: RoutedPermit = gov.tryAcquireProfile({ profile, inputTokens: 1, klass: 'eval' });
 const placed: [string, string, boolean, boolean] = [routed.profile, routed.deployment, routed.fellBack, routed.degraded];
 const asPermit: Permit = gov.tryAcquireProfile({ profile: 'gpt-4o', consumer: ['tenants/acme'], messages: [] });
+const waitedRouted: Promise<RoutedPermit> = gov.acquireProfile({ profile, inputTokens: 1, priority: 1, deadlineMs: 1, signal: AbortSignal.timeout(1) });
 const metrics: string = gov.prometheus();
 const stop: () => void = gov.onEvent((event: GovernorEvent) => {
   switch (event.event) {
@@ -81,7 +82,7 @@ try {
     void probeIn;
   }
 }
-void [placed, asPermit, metrics, stop, dropped];
+void [placed, asPermit, waitedRouted, metrics, stop, dropped];
 
 const openai = new OpenAI({ apiKey: 'x', maxRetries: 0, fetch: governedFetch(gov, fetch, { paths: ['openai/org/gpt-4o'] }) });
 const anthropic = new Anthropic({ apiKey: 'x', maxRetries: 0, fetch: governedFetch(gov, fetch, { paths: (r) => [`anthropic/${r.body?.model}`] }) });

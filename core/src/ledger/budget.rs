@@ -24,8 +24,7 @@ impl Ledger {
     pub(crate) fn budget_spent(&self, route: Route, now: u64) -> Result<Option<Spent>> {
         self.check_route(route)?;
         let mut most: Option<Spent> = None;
-        for &index in self.registry.route(route.id) {
-            let scope = self.registry.get(index);
+        for scope in self.registry.route(route.id) {
             for (l, (limit, bucket)) in scope.limits.iter().zip(scope.buckets.iter()).enumerate() {
                 if limit.dimension != Dimension::Cost {
                     continue;
@@ -33,7 +32,7 @@ impl Ledger {
                 let (available, _) = limit.usage_at(bucket, now, self.ttl, scope.pace(l));
                 let fraction = (limit.amount as f64 - available as f64) / limit.amount as f64;
                 if most.is_none_or(|m| fraction > m.fraction) {
-                    most = Some(Spent { fraction, scope: index, limit: l });
+                    most = Some(Spent { fraction, scope: scope.index, limit: l });
                 }
             }
         }

@@ -107,7 +107,7 @@ impl Ledger {
 
     /// The paths of the provider scopes on `route`.
     pub(crate) fn provider_paths(&self, route: Route) -> Vec<String> {
-        let scopes = self.registry.route(route.id).iter().map(|&i| self.registry.get(i));
+        let scopes = self.registry.route(route.id).iter();
         scopes.filter(|s| s.provider).map(|s| s.path.to_string()).collect()
     }
 
@@ -130,8 +130,7 @@ impl Ledger {
         let named = feedback.dimension != LimitDimension::Unknown;
         let adaptive = &self.registry.adaptive;
         let mut changed = 0;
-        for &index in self.registry.route(route.id) {
-            let scope = self.registry.get(index);
+        for scope in self.registry.route(route.id) {
             let Some(adaptation) = scope.adaptation.as_deref() else { continue };
             let reopened = match verdict(feedback) {
                 Some(true) => adaptation.breaker.succeeded(),

@@ -14,7 +14,7 @@ impl Ledger {
     /// `None` when a provider scope's breaker is open (and no probe is due).
     pub fn headroom(&self, route: Route, now: u64) -> Result<Option<f64>> {
         self.check_route(route)?;
-        let scopes = || self.registry.route(route.id).iter().map(|&i| self.registry.get(i));
+        let scopes = || self.registry.route(route.id).iter();
         let any_provider = scopes().any(|s| s.provider);
         let mut least: f64 = 1.0;
         for scope in scopes().filter(|s| s.provider || !any_provider) {

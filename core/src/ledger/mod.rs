@@ -17,6 +17,7 @@ pub mod ring;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use breaker::Gate;
@@ -116,7 +117,7 @@ impl Ledger {
     /// The scopes a route charges, in reservation order.
     pub fn route_scopes(&self, route: Route) -> Result<Vec<ScopeId>> {
         self.check_route(route)?;
-        Ok(self.registry.route(route.id).iter().map(|&index| ScopeId { ledger: self.tag, index }).collect())
+        Ok(self.registry.route(route.id).iter().map(|scope| ScopeId { ledger: self.tag, index: scope.index }).collect())
     }
 
     #[inline]
@@ -199,8 +200,7 @@ impl Ledger {
         let scopes = &route.scopes[..];
         let mut paced = PacedCharges::new();
         let mut probes = false;
-        for (s, &id) in scopes.iter().enumerate() {
-            let scope = self.registry.get(id);
+        for (s, scope) in scopes.iter().enumerate() {
             let reserved = match scope.adaptation.as_deref() {
                 // llmgov's own budgets: the plain loop, written out here so
                 // that it stays as tight as before provider scopes learned to
@@ -281,22 +281,21 @@ impl Ledger {
     /// over goes as their probe, if it claims every one first; otherwise it
     /// takes nothing and waits for the probes out.
     #[cold]
-    fn claim_probes(&self, scopes: &[ScopeIndex], costs: &Costs, now: u64, paced: &mut PacedCharges) -> Result<()> {
+    fn claim_probes(&self, scopes: &[Arc<Scope>], costs: &Costs, now: u64, paced: &mut PacedCharges) -> Result<()> {
         let adaptive = &self.registry.adaptive;
-        let mut claimed: ScopeList = ScopeList::new();
-        for &id in scopes {
-            let scope = self.registry.get(id);
+        let mut claimed: Vec<&Scope> = Vec::new();
+        for scope in scopes {
             let Some(adaptation) = scope.adaptation.as_deref() else { continue };
             match adaptation.breaker.gate(now) {
                 Gate::Closed => continue,
-                Gate::Probe(until) if adaptation.breaker.claim_probe(adaptive, until, now) => claimed.push(id),
+                Gate::Probe(until) if adaptation.breaker.claim_probe(adaptive, until, now) => claimed.push(scope),
                 Gate::Probe(until) | Gate::Open(until) => {
-                    for &taken in &claimed {
-                        let breaker = &self.registry.get(taken).adaptation.as_deref().expect("claimed").breaker;
+                    for taken in &claimed {
+                        let breaker = &taken.adaptation.as_deref().expect("claimed").breaker;
                         breaker.release_probe(adaptive, until, now);
                     }
                     let last = scopes.len() - 1;
-                    self.rollback(scopes, last, self.registry.get(scopes[last]).limits.len(), costs, now, paced);
+                    self.rollback(scopes, last, scopes[last].limits.len(), costs, now, paced);
                     let until = match adaptation.breaker.gate(now) {
                         Gate::Open(until) => until,
                         _ => now,
@@ -319,15 +318,14 @@ impl Ledger {
     #[cold]
     fn refusal(
         &self,
-        scopes: &[ScopeIndex],
+        scopes: &[Arc<Scope>],
         costs: &Costs,
         scope: &Scope,
         limit: &Limit,
         retry_at: Option<u64>,
         now: u64,
     ) -> Error {
-        for &id in scopes {
-            let scope = self.registry.get(id);
+        for scope in scopes {
             if let Some(limit) = scope.limits.iter().find(|l| l.cost(costs) > l.burst) {
                 let (cost, burst) = (limit.cost(costs), limit.burst);
                 return Error::NeverFits { scope: scope.path.clone(), dimension: limit.dimension, cost, burst };
@@ -342,9 +340,8 @@ impl Ledger {
 
     /// Undoes, in reverse order, every reservation made before limit `l` of scope `s`.
     #[cold]
-    fn rollback(&self, scopes: &[ScopeIndex], s: usize, l: usize, costs: &Costs, now: u64, paced: &mut PacedCharges) {
-        for (i, &id) in scopes[..=s].iter().enumerate().rev() {
-            let scope = self.registry.get(id);
+    fn rollback(&self, scopes: &[Arc<Scope>], s: usize, l: usize, costs: &Costs, now: u64, paced: &mut PacedCharges) {
+        for (i, scope) in scopes[..=s].iter().enumerate().rev() {
             let reserved = if i == s { l } else { scope.limits.len() };
             for (j, (limit, bucket)) in
                 scope.limits[..reserved].iter().zip(&scope.buckets[..reserved]).enumerate().rev()
@@ -434,8 +431,7 @@ impl Ledger {
 
     #[inline]
     fn for_each_limit(&self, permit: &Permit, mut f: impl FnMut(&Limit, &limit::Bucket, Option<&pace::Pace>)) {
-        for &id in self.registry.route(permit.route.id) {
-            let scope: &Scope = self.registry.get(id);
+        for scope in self.registry.route(permit.route.id) {
             let limits = scope.limits.iter().zip(scope.buckets.iter());
             match scope.adaptation.as_deref() {
                 None => limits.for_each(|(limit, bucket)| f(limit, bucket, None)),
@@ -468,8 +464,8 @@ impl Ledger {
     pub(crate) fn reserved(&self, now: u64) -> HashMap<ScopeIndex, CostParts> {
         let mut by_scope: HashMap<ScopeIndex, CostParts> = HashMap::new();
         for (route, parts) in self.pending.reserved(self.ttl.index(now)) {
-            for &scope in self.registry.route(route) {
-                by_scope.entry(scope).or_default().add(&parts);
+            for scope in self.registry.route(route) {
+                by_scope.entry(scope.index).or_default().add(&parts);
             }
         }
         by_scope
