@@ -16,7 +16,7 @@ pub use wait::{ProfileStep, ProfileWait};
 /// One profile of a resolved chain: its deployments' routes (the
 /// consumer's paths plus the deployment), and whether each class may leave
 /// it for the next profile.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Link {
     profile: Arc<str>,
     deployments: Vec<(Arc<str>, Route)>,
@@ -50,7 +50,7 @@ struct WaitTarget {
     route: Route,
     deployment: Arc<str>,
     /// Its profile, with the thresholds to check again once admitted.
-    link: Link,
+    link: Arc<Link>,
     /// Whether the request's class may leave that profile.
     may_leave: bool,
     fell_back: bool,
@@ -80,7 +80,8 @@ impl WaitTarget {
 /// interns nothing.
 #[derive(Debug, Clone)]
 pub struct ProfileRoute {
-    chain: Vec<Link>,
+    /// Shared, so that a refusal can name the profile to wait in cheaply.
+    chain: Vec<Arc<Link>>,
 }
 
 /// A request admitted through a profile, and where it goes.
@@ -144,7 +145,7 @@ impl Governor {
                     refuse_at: b.refuse_at,
                 }),
             };
-            chain.push(Link { profile: Arc::from(profile.as_str()), deployments, no_fallback, budget });
+            chain.push(Arc::new(Link { profile: Arc::from(profile.as_str()), deployments, no_fallback, budget }));
             next = config.fallback.as_ref().and_then(|f| profiles.get_key_value(f));
         }
         Ok(ProfileRoute { chain })
@@ -219,7 +220,7 @@ impl Governor {
     /// The deployments of one profile, roomiest first; those past a budget
     /// threshold are passed over (to degrade, when the class may leave the
     /// profile) or refused.
-    fn try_link(&self, link: &Link, request: &Request, may_leave: bool) -> Result<(Arc<str>, Permit), Refusal> {
+    fn try_link(&self, link: &Arc<Link>, request: &Request, may_leave: bool) -> Result<(Arc<str>, Permit), Refusal> {
         let now = self.clock().now();
         let mut ranked: Vec<(f64, usize)> = Vec::with_capacity(link.deployments.len());
         for (i, (_, route)) in link.deployments.iter().enumerate() {

@@ -69,7 +69,7 @@ impl Governor {
         }
         Ok(Routed {
             permit,
-            profile: target.link.profile,
+            profile: target.link.profile.clone(),
             deployment: target.deployment,
             fell_back: target.fell_back,
             degraded: target.degraded,
