@@ -11,7 +11,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 use std::time::Duration;
 
-use llmgov_core::{Permit, Request};
+use llmgov_core::Request;
 
 use crate::args::{self, Out};
 use crate::errors::{guard, guard_infallible, llmgov_result, Failure, Outcome};
@@ -80,10 +80,10 @@ impl Wake for Unpark {
 
 /// Drives `wait` on this thread until it is answered, or `token` is
 /// cancelled (then the future is dropped: it leaves the queue).
-pub(crate) fn block_on(
-    wait: impl Future<Output = llmgov_core::Result<Permit>>,
+pub(crate) fn block_on<T>(
+    wait: impl Future<Output = llmgov_core::Result<T>>,
     token: &llmgov_cancel_token,
-) -> Outcome<Permit> {
+) -> Outcome<T> {
     let waker = Waker::from(Arc::new(Unpark(thread::current())));
     let id = {
         let mut waiters = token.waiters();

@@ -7,7 +7,7 @@
 use std::ffi::{c_char, CString};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use llmgov_core::{Error, ProfileRoute, ProfileStep, Routed};
+use llmgov_core::{Error, ProfileRoute, Routed};
 
 use crate::args::{self, Out};
 use crate::cancel::{block_on, llmgov_cancel_token, with_timeout};
@@ -259,13 +259,7 @@ pub unsafe extern "C" fn llmgov_governor_acquire_profile(
         token.check()?;
         profile.check_owner(governor)?;
         let request = with_timeout(gov.request_on(profile.route.primary(), request)?, timeout_ns);
-        let routed = match gov.governor.step_profile(&profile.route, &request)? {
-            ProfileStep::Admitted(routed) => routed,
-            ProfileStep::Wait(wait) => {
-                let permit = block_on(gov.governor.acquire(&wait.request), token)?;
-                gov.governor.admit_waited(wait, permit)?
-            }
-        };
+        let routed = block_on(gov.governor.acquire_profile(&profile.route, &request), token)?;
         // SAFETY: `governor` is live, from Arc::into_raw.
         unsafe { profile.hand_out(governor, routed, out_permit, out_routed) };
         Ok(())
