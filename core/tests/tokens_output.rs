@@ -90,8 +90,13 @@ fn concurrent_recording_loses_no_counts() {
 #[test]
 fn concurrent_recording_with_decay_keeps_the_steady_state() {
     // Halvings race the increments; each halving is a CAS, so an increment
-    // is halved or not, never lost: the weight stays at the steady state of
-    // halving every 1000 records (just under 1000 after a halving, 2000 before).
+    // is halved or not, never lost. In order, the weight ends at the steady
+    // state of halving every 1000 records: just under 1000 after the last
+    // halving, and never 2000 or more, which a skipped halving would give.
+    // A thread preempted between its count and its halving halves later
+    // records too: one such halving delayed to the end leaves 750, and with
+    // four threads at most four are pending at once, which leaves just over
+    // 300. The floor is set under that, so the test holds on a loaded machine.
     let histogram = Arc::new(Histogram::new(1000));
     let threads: Vec<_> = (0..4)
         .map(|_| {
@@ -102,7 +107,7 @@ fn concurrent_recording_with_decay_keeps_the_steady_state() {
     threads.into_iter().for_each(|t| t.join().unwrap());
     assert_eq!(histogram.recorded(), 100_000);
     let weight = histogram.weight();
-    assert!((990.0..=2000.0).contains(&weight), "steady state of halving every 1000: {weight}");
+    assert!((250.0..2000.0).contains(&weight), "steady state of halving every 1000: {weight}");
 }
 
 #[test]
