@@ -1,20 +1,20 @@
 //! `llmgov.Governor`: construction, routes, admission and inspection.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use llmgov::{Config, Governor, ManualClock, MonotonicClock, Request, Route, MAX_TOKENS};
+use llmgov::{Config, Governor, ManualClock, Route};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::PyDict;
 use pyo3::{PyTraverseError, PyVisit};
 
-use crate::args::{self, count, no_unknown, type_name};
+use crate::args::no_unknown;
+use crate::config_source::{self, ChosenClock};
 use crate::convert::to_python;
-use crate::errors::{self, invalid, IntoPyResult};
+use crate::errors::IntoPyResult;
 use crate::events::Hook;
 use crate::permit::PyPermit;
+use crate::request::{self, RequestArgs};
 use crate::routing::{self, PyProfile};
-use crate::tokens;
 use crate::waiting::{self, Reservation};
 
 /// A route: the scopes a request is charged on, resolved once. Pass it as
@@ -58,168 +58,24 @@ pub struct PyGovernor {
     hook: Arc<Hook>,
 }
 
-/// What a request asks for, from `try_acquire`'s keyword arguments.
-pub struct RequestArgs<'a, 'py> {
-    pub input_tokens: Option<&'a Bound<'py, PyAny>>,
-    pub text: Option<&'a Bound<'py, PyAny>>,
-    pub messages: Option<&'a Bound<'py, PyAny>>,
-    pub model: Option<&'a Bound<'py, PyAny>>,
-    pub tools: Option<&'a Bound<'py, PyAny>>,
-    pub cached_input_tokens: Option<&'a Bound<'py, PyAny>>,
-    pub max_output_tokens: Option<&'a Bound<'py, PyAny>>,
-    pub expected_output_tokens: Option<&'a Bound<'py, PyAny>>,
-    pub klass: Option<&'a Bound<'py, PyAny>>,
-}
-
-impl RequestArgs<'_, '_> {
-    /// Whether only `input_tokens` and `max_output_tokens` may be given.
-    fn only_token_counts(&self) -> bool {
-        let absent = |v: Option<&Bound<'_, PyAny>>| v.is_none_or(|v| v.is_none());
-        [
-            self.text,
-            self.messages,
-            self.model,
-            self.tools,
-            self.cached_input_tokens,
-            self.expected_output_tokens,
-            self.klass,
-        ]
-        .into_iter()
-        .all(absent)
-    }
-}
-
 impl PyGovernor {
     fn build(py: Python<'_>, config: Config, clock: &str) -> PyResult<Self> {
-        let (gov, manual) = match clock {
-            "manual" => {
-                let manual = Arc::new(ManualClock::new(0));
-                (Governor::with_clock(&config, manual.clone()).py_err()?, Some(manual))
-            }
-            "monotonic" => (Governor::with_clock(&config, Arc::new(MonotonicClock::new())).py_err()?, None),
-            other => {
-                return Err(errors::config(py, "clock", other, "must be \"monotonic\" or \"manual\"".to_owned()));
-            }
-        };
+        let ChosenClock { clock, manual } = config_source::clock(py, clock)?;
+        let gov = Governor::with_clock(&config, clock).py_err()?;
         let (routes, profiles) = (PyDict::new(py).unbind(), PyDict::new(py).unbind());
         Ok(PyGovernor { gov, manual, routes, profiles, hook: Arc::default() })
     }
 
     /// The route `paths` names: a `Route`, a path, or a list or tuple of paths.
     pub fn resolve(&self, py: Python<'_>, paths: &Bound<'_, PyAny>) -> PyResult<Route> {
-        if let Ok(route) = paths.cast::<PyRoute>() {
-            return Ok(route.get().route);
-        }
-        let routes = self.routes.bind(py);
-        let key = if paths.is_instance_of::<PyList>() {
-            PyTuple::new(py, paths.cast::<PyList>()?.iter())?.into_any()
-        } else {
-            paths.clone()
-        };
-        if let Ok(Some(found)) = routes.get_item(&key) {
-            return Ok(found.cast::<PyRoute>()?.get().route);
-        }
-        let names = path_list(paths)?;
-        let route = self.gov.route(&names).py_err()?;
-        routes.set_item(key, PyRoute { route, paths: names })?;
-        Ok(route)
+        Ok(self.cached_route(py, paths)?.get().route)
     }
 
-    /// Builds the core request from the arguments.
-    pub fn request(&self, py: Python<'_>, route: Route, a: &RequestArgs<'_, '_>) -> PyResult<Request> {
-        if a.only_token_counts() {
-            // The hot path, `try_acquire(route, 1000, 200)`: two counts.
-            return self.plain_request(route, a.input_tokens, a.max_output_tokens);
-        }
-        let mut request = self.plain_request(route, None, a.max_output_tokens)?;
-        request.input_tokens = self.input_tokens(py, a)?;
-        if let Some(n) = count("cached_input_tokens", a.cached_input_tokens)? {
-            request.cached_input_tokens = n;
-        }
-        request.expected_output_tokens = count("expected_output_tokens", a.expected_output_tokens)?;
-        if let Some(klass) = args::string("klass", a.klass)? {
-            request.class = self.gov.class(&klass);
-        }
-        Ok(request)
+    fn cached_route<'py>(&self, py: Python<'py>, paths: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyRoute>> {
+        request::cached_route(self.routes.bind(py), paths, |paths| {
+            Bound::new(py, PyRoute { route: self.gov.route(&paths).py_err()?, paths })
+        })
     }
-
-    /// A request of `input_tokens` and `max_output_tokens` alone.
-    fn plain_request(
-        &self,
-        route: Route,
-        input_tokens: Option<&Bound<'_, PyAny>>,
-        max_output_tokens: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Request> {
-        let mut request = Request::new(route);
-        request.input_tokens = count("input_tokens", input_tokens)?.unwrap_or(0);
-        if let Some(n) = count("max_output_tokens", max_output_tokens)? {
-            if n > MAX_TOKENS {
-                let value = max_output_tokens.expect("given");
-                return Err(invalid("max_output_tokens", value, format!("more than {MAX_TOKENS} tokens")));
-            }
-            request.max_output_tokens = n;
-        }
-        Ok(request)
-    }
-
-    /// The prompt's tokens: given, or counted from `text` or `messages`.
-    fn input_tokens(&self, py: Python<'_>, a: &RequestArgs<'_, '_>) -> PyResult<u64> {
-        let given = |v: Option<&Bound<'_, PyAny>>| v.is_some_and(|v| !v.is_none());
-        let named = [("input_tokens", a.input_tokens), ("text", a.text), ("messages", a.messages)];
-        let mut present = named.iter().filter(|(_, v)| given(*v));
-        if let (Some(first), Some(second)) = (present.next(), present.next()) {
-            let reason = format!("give only one of input_tokens, text and messages (also got `{}`)", second.0);
-            return Err(invalid(first.0, first.1.expect("present"), reason));
-        }
-        let model = args::string("model", a.model)?.unwrap_or_default();
-        if let Some(text) = a.text.filter(|t| !t.is_none()) {
-            return Ok(tokens::count_text(py, &model, &tokens::text_of("text", text)?));
-        }
-        if let Some(messages) = a.messages.filter(|m| !m.is_none()) {
-            let messages = tokens::chat_messages(messages)?;
-            let tools = tokens::tool_values(a.tools)?;
-            return Ok(tokens::count_chat(py, &model, &messages, &tools));
-        }
-        Ok(count("input_tokens", a.input_tokens)?.unwrap_or(0))
-    }
-}
-
-/// The path strings of a `paths` argument.
-pub(crate) fn path_list(paths: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
-    if let Ok(path) = paths.cast::<PyString>() {
-        return Ok(vec![path.to_cow()?.into_owned()]);
-    }
-    if !(paths.is_instance_of::<PyList>() || paths.is_instance_of::<PyTuple>()) {
-        let reason = format!("must be a path, a list of paths or a Route, not {}", type_name(paths));
-        return Err(invalid("paths", paths, reason));
-    }
-    let mut names = Vec::new();
-    for item in paths.try_iter()? {
-        let item = item?;
-        let path = item
-            .cast::<PyString>()
-            .map_err(|_| invalid("paths", paths, format!("every path must be a string, not {}", type_name(&item))))?;
-        names.push(path.to_cow()?.into_owned());
-    }
-    Ok(names)
-}
-
-/// Reads a TOML argument: a `pathlib.Path` or a path string names a file;
-/// text with a newline or an `=` is the config itself.
-fn toml_text(py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<String> {
-    let os = py.import("os")?;
-    let is_path_like = source.is_instance(&os.getattr("PathLike")?)?;
-    let text: Option<String> = source.extract().ok();
-    let path = match (&text, is_path_like) {
-        (_, true) => os.call_method1("fspath", (source,))?.extract::<String>()?,
-        (Some(t), false) if t.contains('\n') || t.contains('=') || t.trim().is_empty() => return Ok(t.clone()),
-        (Some(t), false) => t.clone(),
-        (None, false) => {
-            let reason = format!("must be TOML text or a path, not {}", type_name(source));
-            return Err(errors::config(py, "source", &type_name(source), reason));
-        }
-    };
-    std::fs::read_to_string(&path).map_err(|e| errors::config(py, "path", &path, format!("cannot be read: {e}")))
 }
 
 #[pymethods]
@@ -228,7 +84,7 @@ impl PyGovernor {
     #[staticmethod]
     #[pyo3(signature = (source, clock = "monotonic"))]
     fn from_toml(py: Python<'_>, source: &Bound<'_, PyAny>, clock: &str) -> PyResult<Self> {
-        let text = toml_text(py, source)?;
+        let text = config_source::toml_text(py, source)?;
         Self::build(py, Config::from_toml(&text).py_err()?, clock)
     }
 
@@ -243,13 +99,8 @@ impl PyGovernor {
     #[staticmethod]
     #[pyo3(signature = (config, clock = "monotonic"))]
     fn from_dict(py: Python<'_>, config: &Bound<'_, PyAny>, clock: &str) -> PyResult<Self> {
-        if !config.is_instance_of::<PyDict>() {
-            let reason = format!("must be a dict, not {}", type_name(config));
-            return Err(errors::config(py, "config", &type_name(config), reason));
-        }
-        let json = crate::convert::python_to_value(config)
-            .map_err(|reason| errors::config(py, "config", "<dict>", format!("contains {reason}")))?;
-        Self::build(py, Config::from_json(&json.to_string()).py_err()?, clock)
+        let value = config_source::dict_value(py, config)?;
+        Self::build(py, Config::from_value(value).py_err()?, clock)
     }
 
     /// A governor from a shipped preset, e.g. `openai-gpt-4o-tier1`.
@@ -261,12 +112,7 @@ impl PyGovernor {
 
     /// Moves a manual clock forward by `ms` milliseconds.
     fn advance(&self, py: Python<'_>, ms: &Bound<'_, PyAny>) -> PyResult<()> {
-        let ms = args::millis("ms", ms)?;
-        let Some(clock) = &self.manual else {
-            let reason = "advance() needs a governor built with clock=\"manual\"".to_owned();
-            return Err(errors::invalid_text(py, "clock", "monotonic", reason));
-        };
-        clock.advance(Duration::from_nanos((ms * 1e6).round() as u64));
+        config_source::advance(py, self.manual.as_deref(), ms)?;
         // Waiters wake on the clock's time; a manual clock moves only here.
         self.gov.wake_waiters();
         Ok(())
@@ -280,13 +126,8 @@ impl PyGovernor {
 
     /// Resolves paths once into a `Route` (cached; passing the paths again
     /// finds the same route).
-    fn route(&self, py: Python<'_>, paths: &Bound<'_, PyAny>) -> PyResult<PyRoute> {
-        let route = self.resolve(py, paths)?;
-        let paths = match paths.cast::<PyRoute>() {
-            Ok(given) => given.get().paths.clone(),
-            Err(_) => path_list(paths)?,
-        };
-        Ok(PyRoute { route, paths })
+    fn route<'py>(&self, py: Python<'py>, paths: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyRoute>> {
+        self.cached_route(py, paths)
     }
 
     /// Reserves every limit on the route now, or nothing: a `Permit`, or
@@ -323,7 +164,7 @@ impl PyGovernor {
             expected_output_tokens,
             klass,
         };
-        let request = this.request(py, route, &request_args)?;
+        let request = request_args.request(py, &this.gov, route)?;
         let permit = this.gov.try_acquire(&request).py_err()?;
         Ok(PyPermit::new(permit, slf.clone().unbind()))
     }

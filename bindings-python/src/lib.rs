@@ -3,6 +3,7 @@
 //! (`python/llmgov/`); its stubs are `python/llmgov/_llmgov.pyi`.
 
 mod args;
+mod config_source;
 mod convert;
 mod errors;
 mod events;
@@ -11,6 +12,7 @@ mod governor;
 mod permit;
 mod plan;
 mod redis;
+mod request;
 mod routing;
 mod tokens;
 mod usage;

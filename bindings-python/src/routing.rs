@@ -17,8 +17,9 @@ use pyo3::types::{PyString, PyTuple};
 
 use crate::args::type_name;
 use crate::errors::{invalid, IntoPyResult};
-use crate::governor::{path_list, PyGovernor, RequestArgs};
+use crate::governor::PyGovernor;
 use crate::permit::PyPermit;
+use crate::request::{path_list, RequestArgs};
 use crate::wake::{self, Waiting};
 
 /// A model profile and its fallback chain resolved for a consumer's paths,
@@ -70,7 +71,7 @@ pub fn resolve(
         return Err(invalid("profile", profile, reason));
     };
     let consumer = match paths.filter(|p| !p.is_none()) {
-        Some(paths) => path_list(paths)?,
+        Some(paths) => path_list(paths, "a path or a list of paths")?,
         None => Vec::new(),
     };
     let key = PyTuple::new(py, [name.clone().into_any(), PyTuple::new(py, &consumer)?.into_any()])?;
@@ -89,7 +90,7 @@ pub fn resolve(
 /// and deployment took it, or the mapped refusal.
 pub fn try_acquire(gov: &Bound<'_, PyGovernor>, profile: &PyProfile, args: &RequestArgs<'_, '_>) -> PyResult<PyPermit> {
     let this = gov.get();
-    let request = this.request(gov.py(), profile.route.primary(), args)?;
+    let request = args.request(gov.py(), &this.gov, profile.route.primary())?;
     let routed = this.gov.try_acquire_profile(&profile.route, &request).py_err()?;
     Ok(PyPermit::routed(routed, gov.clone().unbind()))
 }
@@ -107,7 +108,7 @@ fn waiting_request(
     args: &RequestArgs<'_, '_>,
     wait: &WaitArgs<'_, '_>,
 ) -> PyResult<Request> {
-    let request = gov.get().request(gov.py(), profile.route.primary(), args)?;
+    let request = args.request(gov.py(), &gov.get().gov, profile.route.primary())?;
     crate::waiting::with_waiting(request, wait.priority, wait.deadline_ms)
 }
 

@@ -12,8 +12,9 @@ use pyo3::types::PyDict;
 
 use crate::args::{self, no_unknown};
 use crate::errors::{invalid, IntoPyResult};
-use crate::governor::{PyGovernor, RequestArgs};
+use crate::governor::PyGovernor;
 use crate::permit::{PyPermit, Ready};
+use crate::request::RequestArgs;
 
 /// What waiting adds to a request: its priority among its tenant's
 /// waiting requests, and how long it may wait (`deadline_ms`).
@@ -144,5 +145,5 @@ pub fn request_of(
     let py = gov.py();
     let this = gov.get();
     let route = this.resolve(py, paths)?;
-    with_waiting(this.request(py, route, args)?, priority, deadline_ms)
+    with_waiting(args.request(py, &this.gov, route)?, priority, deadline_ms)
 }

@@ -68,6 +68,7 @@ def test_refusal_carries_scope_dimension_and_retry_after(gov: llmgov.Governor) -
 def test_routes_are_cached_and_reusable(gov: llmgov.Governor) -> None:
     route = gov.route(ROUTE)
     assert route.paths == ROUTE and gov.route(tuple(ROUTE)).index == route.index
+    assert gov.route(ROUTE) is route and gov.route(route) is route
     gov.try_acquire(route, input_tokens=10).settle()
     assert limit(gov, "tenants/acme", "tokens")["in_use"] == 10
 
@@ -259,6 +260,7 @@ def test_bad_acquire_arguments_are_invalid_request(gov: llmgov.Governor, kwargs:
         ([], llmgov.InvalidRequest, "invalid_request"),
         (42, llmgov.InvalidRequest, "invalid_request"),
         ([1, 2], llmgov.InvalidRequest, "invalid_request"),
+        ({"tenants/acme": 1}, llmgov.InvalidRequest, "invalid_request"),  # unhashable: no cache key
         ("nowhere/at/all", llmgov.UnknownScope, "unknown_scope"),
         ("openai//gpt-4o", llmgov.InvalidPath, "invalid_path"),
     ],
@@ -267,6 +269,8 @@ def test_bad_paths(gov: llmgov.Governor, paths: Any, error: type, code: str) -> 
     with pytest.raises(error) as bad:
         gov.try_acquire(paths, input_tokens=1)
     assert bad.value.code == code
+    if code == "invalid_request":
+        assert bad.value.field == "paths" and "paths" in str(bad.value)
 
 
 def test_bad_settle_and_report_arguments(gov: llmgov.Governor) -> None:
