@@ -65,8 +65,10 @@ fn reads_an_http_endpoint() {
         stream.write_all(body.as_bytes()).unwrap();
     });
     let output = top(&url);
-    server.join().unwrap();
+    // Checked before joining: a `top` that never connected would leave the
+    // server in `accept` for ever.
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    server.join().unwrap();
     assert!(String::from_utf8(output.stdout).unwrap().contains("openai/org"));
 }
 

@@ -116,6 +116,7 @@ fn a_refusal_after_waiting_reaches_the_hook_once_from_the_future_and_the_blockin
         std::thread::spawn(move || gov.acquire_blocking(&request, None))
     };
     while gov.queue_metrics().depth == 0 {
+        assert!(!waiter.is_finished(), "the waiter returned instead of queueing");
         std::thread::yield_now();
     }
     clock.advance(Duration::from_secs(6));

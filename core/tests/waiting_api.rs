@@ -93,6 +93,7 @@ fn a_blocked_thread_is_woken_by_a_settle() {
         std::thread::spawn(move || gov.acquire_blocking(&Request::new(route), None))
     };
     while gov.queue_metrics().depth == 0 {
+        assert!(!waiter.is_finished(), "the waiter returned instead of queueing");
         std::thread::yield_now();
     }
     gov.settle(&mut first, Usage::new(0, 0)).unwrap();
@@ -150,6 +151,7 @@ fn a_waiter_is_refused_when_its_timeout_passes_and_never_admitted_after_it() {
         })
     };
     while gov.queue_metrics().depth == 0 {
+        assert!(!waiter.is_finished(), "the waiter returned instead of queueing");
         std::thread::yield_now();
     }
     // Debt: settle far above the estimate, so the bucket is empty for long.
