@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{fresh_prefix, read_value, redis_url, spawn_worker, URL_VAR, WORKER_VAR};
+use common::{fresh_prefix, read_value, redis_url, spawn_worker, TIMEOUT, URL_VAR, WORKER_VAR};
 use llmgov::{ManualClock, Usage};
 use llmgov_redis::{Error, RedisGovernor};
 
@@ -29,6 +29,7 @@ fn config(url: &str, prefix: &str) -> String {
         url = "{url}"
         prefix = "{prefix}"
         expected_processes = {PROCESSES}
+        timeout = "{TIMEOUT}"
         [redis.scopes."openai/org/gpt-4o"]
         mode = "exact"
         "#
@@ -93,6 +94,7 @@ fn settle_refunds_and_charges_the_difference_in_redis() {
         url = "{url}"
         prefix = "{prefix}"
         expected_processes = 2
+        timeout = "{TIMEOUT}"
         [redis.scopes."p/shared"]
         mode = "exact"
         "#
@@ -135,6 +137,7 @@ fn a_request_that_can_never_fit_is_told_at_once() {
         url = "{url}"
         prefix = "{}"
         expected_processes = 2
+        timeout = "{TIMEOUT}"
         [redis.scopes."p/shared"]
         mode = "exact"
         "#,
@@ -161,6 +164,7 @@ fn a_request_on_two_shared_scopes_holds_both_or_neither() {
         url = "{url}"
         prefix = "{}"
         expected_processes = 2
+        timeout = "{TIMEOUT}"
         [redis.scopes."openai/org"]
         mode = "exact"
         [redis.scopes."openai/org/gpt-4o"]

@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{free_port, fresh_prefix, PrivateRedis};
+use common::{fresh_prefix, Listen, PrivateRedis, TIMEOUT};
 use llmgov::{ManualClock, Usage};
 use llmgov_redis::{Error, RedisGovernor, SharedRoute};
 
@@ -16,6 +16,10 @@ const PROCESSES: u64 = 8;
 const SAFE_SHARE: u64 = LIMIT / PROCESSES;
 
 fn config(url: &str, prefix: &str) -> String {
+    config_with_timeout(url, prefix, TIMEOUT)
+}
+
+fn config_with_timeout(url: &str, prefix: &str, timeout: &str) -> String {
     format!(
         r#"
         [scopes."openai/org/gpt-4o"]
@@ -24,7 +28,7 @@ fn config(url: &str, prefix: &str) -> String {
         url = "{url}"
         prefix = "{prefix}"
         expected_processes = {PROCESSES}
-        timeout = "200ms"
+        timeout = "{timeout}"
         retry_interval = "1s"
         [redis.scopes."openai/org/gpt-4o"]
         mode = "exact"
@@ -50,8 +54,7 @@ fn drain(gov: &RedisGovernor, route: &SharedRoute) -> u64 {
 
 #[test]
 fn redis_stopped_mid_run_falls_back_to_the_safe_share_then_recovers_without_a_full_bucket() {
-    let port = free_port();
-    let Some(mut redis) = PrivateRedis::start("redis_stopped_mid_run", port, &[]) else { return };
+    let Some(mut redis) = PrivateRedis::start("redis_stopped_mid_run", Listen::Plain, &[]) else { return };
     let clock = Arc::new(ManualClock::new(0));
     let gov =
         RedisGovernor::from_toml_with_clock(&config(&redis.url(), &fresh_prefix("fallback")), clock.clone()).unwrap();
@@ -71,7 +74,7 @@ fn redis_stopped_mid_run_falls_back_to_the_safe_share_then_recovers_without_a_fu
     assert!(health.redis_errors >= 1 && health.last_error.is_some());
 
     // Redis is back, empty. Before the retry interval nobody asks it.
-    let Some(_redis) = PrivateRedis::start("redis_stopped_mid_run", port, &[]) else { return };
+    redis.restart();
     assert_eq!(drain(&gov, &route), 0);
     assert!(gov.health().degraded);
     // After it, one probe reaches Redis, finds the state gone, and restarts
@@ -86,11 +89,13 @@ fn redis_stopped_mid_run_falls_back_to_the_safe_share_then_recovers_without_a_fu
 
 #[test]
 fn admissions_during_an_outage_are_charged_to_redis_when_it_answers_again() {
-    let port = free_port();
-    let Some(redis) = PrivateRedis::start("outage_charged", port, &[]) else { return };
+    let Some(redis) = PrivateRedis::start("outage_charged", Listen::Plain, &[]) else { return };
     let clock = Arc::new(ManualClock::new(0));
-    let gov =
-        RedisGovernor::from_toml_with_clock(&config(&redis.url(), &fresh_prefix("outage")), clock.clone()).unwrap();
+    // The pause must outlast the timeout by far, so the first call times out
+    // (not merely runs late) even if this thread is slow to make it.
+    let (timeout, pause, after_pause) = ("1s", 3000, Duration::from_millis(3100));
+    let text = config_with_timeout(&redis.url(), &fresh_prefix("outage"), timeout);
+    let gov = RedisGovernor::from_toml_with_clock(&text, clock.clone()).unwrap();
     let route = gov.route(&["openai/org/gpt-4o"]).unwrap();
     for _ in 0..5 {
         let mut permit = gov.try_acquire(&route, Usage::new(1, 1)).unwrap();
@@ -98,10 +103,10 @@ fn admissions_during_an_outage_are_charged_to_redis_when_it_answers_again() {
     }
     // Redis stops answering (every client paused) but keeps its state.
     let mut admin = redis::Client::open(redis.url()).unwrap().get_connection().unwrap();
-    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(1500).arg("ALL").query(&mut admin).unwrap();
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(pause).arg("ALL").query(&mut admin).unwrap();
     assert_eq!(drain(&gov, &route), SAFE_SHARE);
     assert!(gov.health().degraded);
-    std::thread::sleep(Duration::from_millis(1600));
+    std::thread::sleep(after_pause); // counted from after the timeout: the pause is over
     clock.advance(Duration::from_secs(1));
     // 80 - 5 before - 10 during the outage; the acquire that timed out at
     // the start of the pause may have run once the pause ended (its
@@ -115,8 +120,7 @@ fn admissions_during_an_outage_are_charged_to_redis_when_it_answers_again() {
 
 #[test]
 fn a_process_that_never_saw_the_state_starts_a_fresh_deployment_full() {
-    let port = free_port();
-    let Some(redis) = PrivateRedis::start("fresh_deployment", port, &[]) else { return };
+    let Some(redis) = PrivateRedis::start("fresh_deployment", Listen::Plain, &[]) else { return };
     let gov = RedisGovernor::from_toml(&config(&redis.url(), &fresh_prefix("fresh"))).unwrap();
     let route = gov.route(&["openai/org/gpt-4o"]).unwrap();
     assert_eq!(drain(&gov, &route), LIMIT);
@@ -125,9 +129,8 @@ fn a_process_that_never_saw_the_state_starts_a_fresh_deployment_full() {
 
 #[test]
 fn auth_with_requirepass_and_no_password_in_errors() {
-    let port = free_port();
     let secret = "s3cret-pass";
-    let Some(redis) = PrivateRedis::start("auth", port, &["--requirepass", secret]) else { return };
+    let Some(redis) = PrivateRedis::start("auth", Listen::Plain, &["--requirepass", secret]) else { return };
     let prefix = fresh_prefix("auth");
     let good = format!("redis://:{secret}@127.0.0.1:{}", redis.port);
     let gov = RedisGovernor::from_toml(&config(&good, &prefix)).unwrap();

@@ -6,11 +6,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{fresh_prefix, read_value, redis_url, spawn_worker, URL_VAR, WORKER_VAR};
+use common::{fresh_prefix, read_value, redis_url, spawn_worker, TIMEOUT, URL_VAR, WORKER_VAR};
 use llmgov::{Dimension, Usage};
 use llmgov_redis::{Error, RedisGovernor, SharedRoute};
 
 const SLOTS: usize = 4;
+/// Long enough that a holder whose heartbeat (every third of it) is delayed
+/// by a loaded machine still keeps its slots.
+const SLOT_TTL_S: u64 = 2;
 
 fn config(url: &str, prefix: &str) -> String {
     format!(
@@ -24,7 +27,8 @@ fn config(url: &str, prefix: &str) -> String {
         url = "{url}"
         prefix = "{prefix}"
         expected_processes = 2
-        slot_ttl = "1s"
+        slot_ttl = "{SLOT_TTL_S}s"
+        timeout = "{TIMEOUT}"
         [redis.scopes."openai/org/gpt-4o"]
         mode = "exact"
         "#
@@ -67,20 +71,21 @@ fn a_killed_workers_slots_come_back_within_the_ttl_and_a_live_ones_do_not() {
     let gov = RedisGovernor::from_toml(&config(&url, &prefix)).unwrap();
     let route = gov.route(&["openai/org/gpt-4o"]).unwrap();
     assert!(refused_on_concurrency(&gov, &route), "the worker holds every slot");
-    // Three TTLs later the live worker's heartbeat still holds them.
-    std::thread::sleep(Duration::from_secs(3));
+    // One and a half TTLs later the live worker's heartbeat still holds them
+    // (without it they would have lapsed a TTL after they were taken).
+    std::thread::sleep(Duration::from_millis(SLOT_TTL_S * 1500));
     assert!(refused_on_concurrency(&gov, &route), "a live worker keeps its slots past the TTL");
 
     worker.kill().unwrap(); // SIGKILL: no settle, no goodbye
     worker.wait().unwrap();
-    // Polled every 100 ms for at most 3 s (three TTLs): the slots come back.
-    let polls = (1..=30)
+    // Polled every 100 ms for at most three TTLs: the slots come back.
+    let polls = (1..=30 * SLOT_TTL_S)
         .find(|_| {
             std::thread::sleep(Duration::from_millis(100));
             !refused_on_concurrency(&gov, &route)
         })
         .expect("the killed worker's slots came back");
-    assert!(polls <= 15, "back within the 1 s TTL plus slack, took {polls} polls");
+    assert!(polls <= 15 * SLOT_TTL_S, "back within the {SLOT_TTL_S} s TTL plus slack, took {polls} polls");
     let permits: Vec<_> = (0..SLOTS).map(|_| gov.try_acquire(&route, Usage::new(10, 10)).unwrap()).collect();
     assert!(refused_on_concurrency(&gov, &route), "all {SLOTS} slots, and no more");
     drop(permits);

@@ -9,18 +9,26 @@ without it; the rest need no server."""
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import socket
 import subprocess
 import textwrap
+import threading
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import pytest
 
 import llmgov
 from llmgov.redis import AlreadyReconciled, RedisGovernor, RedisPermit
+
+
+# The Redis I/O timeout of every config here: far above the 250 ms default,
+# so a call slowed by a loaded machine is not taken for an outage (which would
+# send the governor to its safe share). Refused connections still fail at once.
+TIMEOUT = "2s"
 
 
 def redis_url() -> str:
@@ -52,6 +60,7 @@ limits = [{{ dimension = "requests", amount = 1000, window = "1m" }}]
 url = "{url}"
 prefix = "{prefix}"
 expected_processes = {processes}
+timeout = "{TIMEOUT}"
 [redis.scopes."p/shared"]
 mode = "{mode}"
 """
@@ -60,7 +69,13 @@ mode = "{mode}"
 def as_dict(url: str, prefix: str) -> Dict[str, Any]:
     return {
         "scopes": {"p/shared": {"limits": [{"dimension": "tokens", "amount": 1000, "window": "1d"}]}},
-        "redis": {"url": url, "prefix": prefix, "expected_processes": 2, "scopes": {"p/shared": {"mode": "exact"}}},
+        "redis": {
+            "url": url,
+            "prefix": prefix,
+            "expected_processes": 2,
+            "timeout": TIMEOUT,
+            "scopes": {"p/shared": {"mode": "exact"}},
+        },
     }
 
 
@@ -239,40 +254,81 @@ def test_the_module_quick_start_runs() -> None:
 
     doc = llmgov.redis.__doc__ or ""
     example = textwrap.dedent(doc.split("::\n", 1)[1].split("\n\nThe engine", 1)[0])
-    assert "RedisGovernor.from_toml" in example
-    exec(compile(example.replace("prod-eu", fresh_prefix("quick-start")), "llmgov.redis docstring", "exec"), {})
+    assert "RedisGovernor.from_toml" in example and "expected_processes = 8\n" in example
+    example = example.replace("prod-eu", fresh_prefix("quick-start"))
+    # The example asserts Redis answered: allow it the tests' timeout.
+    example = example.replace("expected_processes = 8\n", f'expected_processes = 8\ntimeout = "{TIMEOUT}"\n')
+    exec(compile(example, "llmgov.redis docstring", "exec"), {})
+
+
+READY = "Ready to accept connections"  # what redis-server and valkey-server log once they listen
 
 
 class PrivateServer:
     """A redis-server (or the `LLMGOV_REDIS_SERVER` binary, e.g. valkey-server)
-    of the test's own on a loopback port, without persistence."""
+    of the test's own on a free loopback port, without persistence. Ready
+    when its own log says it listens, so a process that took the port first
+    is never mistaken for it; a port taken that way is retried on another."""
 
-    def __init__(self, port: int, *extra: str) -> None:
+    def __init__(self, *extra: str) -> None:
         binary = shutil.which(os.environ.get("LLMGOV_REDIS_SERVER", "redis-server"))
         if binary is None:
             pytest.skip("no redis-server binary (make test-redis-python installs one)")
-        args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", *extra]
-        self.process = subprocess.Popen([binary, *args], stdout=subprocess.DEVNULL)
+        self.binary, self.extra = binary, extra
+        for _ in range(3):
+            self.port = int(closed_port_url().rsplit(":", 1)[1])
+            if self._spawn():
+                return
+        pytest.fail(f"{binary}: no free port in 3 attempts")
+
+    def restart(self) -> None:
+        """Starts the killed server again, empty, on the same port (the
+        governor under test names it in its URL)."""
+        assert self._spawn(), f"port {self.port} was taken before the restart"
+
+    def _spawn(self) -> bool:
+        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        args += ["--loglevel", "notice", *self.extra]
+        self.process = subprocess.Popen([self.binary, *args], stdout=subprocess.PIPE, text=True)
+        lines: "queue.Queue[str | None]" = queue.Queue()
+        threading.Thread(target=_drain, args=(self.process.stdout, lines), daemon=True).start()
+        log: List[str] = []
         deadline = time.monotonic() + 10
         while True:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                return
-            except OSError:
-                assert time.monotonic() < deadline, f"{binary} did not listen on {port}"
-                time.sleep(0.02)
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.kill()
+                pytest.fail(f"{self.binary} did not listen on {self.port} within 10 s:\n{''.join(log)}")
+            if line is None:  # it exited
+                self.process.wait(timeout=10)
+                if "Address already in use" in "".join(log):
+                    return False
+                pytest.fail(f"{self.binary} exited ({self.process.returncode}) before listening:\n{''.join(log)}")
+            if READY in line:
+                return True
+            log.append(line)
+
+    def url(self, password: str = "") -> str:
+        return f"redis://{':' + password + '@' if password else ''}127.0.0.1:{self.port}"
 
     def kill(self) -> None:
         self.process.kill()  # every key it held is gone
         self.process.wait(timeout=10)
 
 
+def _drain(stdout: Any, lines: "queue.Queue[str | None]") -> None:
+    """Passes the server's log on line by line, and keeps reading it (so the
+    server never blocks on a full pipe) until it exits."""
+    for line in stdout:
+        lines.put(line)
+    lines.put(None)
+
+
 def test_redis_stopped_mid_run_falls_back_to_the_safe_share_then_recovers() -> None:
-    url = closed_port_url()
-    port = int(url.rsplit(":", 1)[1])
-    server = PrivateServer(port)
+    server = PrivateServer()
     try:
-        gov = RedisGovernor.from_toml(config(url, "midrun", tokens=8000, processes=8), clock="manual")
+        gov = RedisGovernor.from_toml(config(server.url(), "midrun", tokens=8000, processes=8), clock="manual")
         gov.try_acquire("p/shared", input_tokens=500, max_output_tokens=500).settle()  # 1000 of 8000 in Redis
         assert gov.health()["degraded"] is False
 
@@ -284,7 +340,7 @@ def test_redis_stopped_mid_run_falls_back_to_the_safe_share_then_recovers() -> N
         degraded = gov.health()
         assert degraded["degraded"] and degraded["fallback_admissions"] == 10
 
-        server = PrivateServer(port)  # back, with every key lost
+        server.restart()  # back, with every key lost
         gov.advance(1000)  # retry_interval: the next call probes Redis
         back = gov.try_acquire("p/shared", input_tokens=50, max_output_tokens=50)
         assert not back.from_fallback
@@ -305,13 +361,11 @@ def test_redis_stopped_mid_run_falls_back_to_the_safe_share_then_recovers() -> N
 
 
 def test_auth_with_requirepass_and_tls_urls_are_taken() -> None:
-    url = closed_port_url()
-    port = int(url.rsplit(":", 1)[1])
-    server = PrivateServer(port, "--requirepass", "s3cret-pw")
+    server = PrivateServer("--requirepass", "s3cret-pw")
     try:
-        good = RedisGovernor.from_toml(config(f"redis://:s3cret-pw@127.0.0.1:{port}", "auth"), clock="manual")
+        good = RedisGovernor.from_toml(config(server.url("s3cret-pw"), "auth"), clock="manual")
         assert not good.try_acquire("p/shared", input_tokens=1).from_fallback
-        wrong = RedisGovernor.from_toml(config(f"redis://:wrong-pw@127.0.0.1:{port}", "auth"), clock="manual")
+        wrong = RedisGovernor.from_toml(config(server.url("wrong-pw"), "auth"), clock="manual")
         assert wrong.try_acquire("p/shared", input_tokens=1).from_fallback
         health = wrong.health()
         assert health["degraded"] and health["last_error"]

@@ -31,12 +31,21 @@ ATTEMPTS = {"exact": 100, "leased": 150}
 
 CRASH_LIMIT = 100
 CRASH_PROCESSES = 4
-CRASH_TTL_S = 2
+# Long enough that the doomed worker still holds its lease when a loaded
+# machine runs the test late: its keeper gives an idle lease back once it is
+# within a third of the TTL of lapsing, about 0.57 TTL (3.4 s) after the grant.
+CRASH_TTL_S = 6
 CRASH_USED = 20
 LEASE_CAP = CRASH_LIMIT // CRASH_PROCESSES
 
 SLOTS = 4
-SLOT_TTL_S = 1
+# Long enough that a holder whose heartbeat (every third of it) is delayed by
+# a loaded machine still keeps its slots.
+SLOT_TTL_S = 2
+# The Redis I/O timeout: far above the 250 ms default, so a call slowed by a
+# loaded machine is not taken for an outage (which would send the governor to
+# its safe share and break the exact counts).
+TIMEOUT = "2s"
 
 
 def config(url: str, prefix: str, role: str) -> str:
@@ -62,6 +71,7 @@ limits = [{{ dimension = "requests", amount = 100000, window = "1m" }}]
 [redis]
 url = "{url}"
 prefix = "{prefix}"
+timeout = "{TIMEOUT}"
 {redis}
 [redis.scopes."openai/org/gpt-4o"]
 mode = "{mode}"
@@ -234,7 +244,7 @@ def test_a_killed_python_process_gives_its_concurrency_slots_back_within_the_ttl
     release([holder])
     assert int(value(holder, "admitted")) == SLOTS
     gov = RedisGovernor.from_toml(config(url, prefix, "slots"))
-    time.sleep(2 * SLOT_TTL_S)  # the holder's heartbeat keeps its slots past the TTL
+    time.sleep(1.5 * SLOT_TTL_S)  # the holder's heartbeat keeps its slots past the TTL
     with pytest.raises(llmgov.RateLimited) as full:
         gov.try_acquire(ROUTE, input_tokens=1)
     assert full.value.dimension == "concurrency"

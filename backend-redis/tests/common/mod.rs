@@ -5,7 +5,8 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 /// The env var naming the Redis the tests run against.
@@ -14,6 +15,11 @@ pub const URL_VAR: &str = "LLMGOV_REDIS_URL";
 pub const SERVER_VAR: &str = "LLMGOV_REDIS_SERVER";
 /// Set in a worker process: which worker body to run.
 pub const WORKER_VAR: &str = "LLMGOV_REDIS_TEST_WORKER";
+/// `redis.timeout` in every test config where Redis is meant to answer: far
+/// above the 250 ms default, so a call slowed by a loaded machine is not
+/// taken for an outage (which would send the governor to its safe share and
+/// break the test's exact counts). Refused connections still fail at once.
+pub const TIMEOUT: &str = "2s";
 
 /// The Redis URL, or `None` after saying loudly that the test is skipped.
 pub fn redis_url(test: &str) -> Option<String> {
@@ -60,53 +66,120 @@ pub fn read_value(child: &mut Child, key: &str) -> String {
     }
 }
 
-/// A loopback port nobody listens on right now.
+/// A loopback port nobody listens on right now (another process may take it
+/// before it is bound: [`PrivateRedis::start`] retries on a new one).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The log line a redis-server or valkey-server prints once it listens.
+const READY: &str = "Ready to accept connections";
+/// How many fresh ports [`PrivateRedis::start`] tries before giving up.
+const PORT_ATTEMPTS: usize = 3;
+
+/// Which socket the private server listens on: the chosen port serves
+/// plain RESP, or only TLS (plain TCP off).
+#[derive(Clone, Copy)]
+pub enum Listen {
+    Plain,
+    TlsOnly,
 }
 
 /// A redis-server of the test's own, on a loopback port, killed on drop.
 pub struct PrivateRedis {
     pub port: u16,
+    test: String,
+    listen: Listen,
+    args: Vec<String>,
     child: Option<Child>,
 }
 
 impl PrivateRedis {
     /// Starts `redis-server` (or the server `LLMGOV_REDIS_SERVER` names,
-    /// e.g. a `valkey-server`) without persistence (extra `args` appended),
-    /// or `None` (said loudly) if the binary is missing.
-    pub fn start(test: &str, port: u16, args: &[&str]) -> Option<Self> {
-        let server = std::env::var(SERVER_VAR).unwrap_or_else(|_| "redis-server".to_owned());
-        let child = Command::new(&server)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(args)
-            .stdout(Stdio::null())
-            .spawn();
-        let child = match child {
-            Ok(child) => child,
-            Err(e) => {
-                eprintln!("SKIPPED {test}: cannot run {server} ({e})");
-                return None;
-            }
+    /// e.g. a `valkey-server`) on a free loopback port without persistence
+    /// (extra `args` appended), or `None` (said loudly) if the binary is
+    /// missing. A port someone took between choosing and binding is retried
+    /// on a new one.
+    pub fn start(test: &str, listen: Listen, args: &[&str]) -> Option<Self> {
+        let mut server = PrivateRedis {
+            port: 0,
+            test: test.to_owned(),
+            listen,
+            args: args.iter().map(|&a| a.to_owned()).collect(),
+            child: None,
         };
-        let server = PrivateRedis { port, child: Some(child) };
-        server.wait_listening();
-        Some(server)
+        for _ in 0..PORT_ATTEMPTS {
+            server.port = free_port();
+            match server.spawn()? {
+                Started::Ready => return Some(server),
+                Started::PortTaken(log) => eprintln!("{}: port {} was taken, trying another\n{log}", test, server.port),
+            }
+        }
+        panic!("{test}: no free port in {PORT_ATTEMPTS} attempts");
+    }
+
+    /// Starts the stopped server again, empty, on the same port (the
+    /// governors under test name it in their URL, so it cannot move).
+    pub fn restart(&mut self) {
+        self.stop();
+        match self.spawn() {
+            Some(Started::Ready) => {}
+            Some(Started::PortTaken(log)) => panic!("{}: port {} was taken on restart\n{log}", self.test, self.port),
+            None => panic!("{}: the server binary vanished", self.test),
+        }
     }
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    fn wait_listening(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
+    /// Runs the server on `self.port` and waits until it says it listens:
+    /// its own log line, so a process that took the port first is never
+    /// mistaken for it.
+    fn spawn(&mut self) -> Option<Started> {
+        let server = std::env::var(SERVER_VAR).unwrap_or_else(|_| "redis-server".to_owned());
+        let port = self.port.to_string();
+        let listen: &[&str] = match self.listen {
+            Listen::Plain => &["--port", &port],
+            Listen::TlsOnly => &["--port", "0", "--tls-port", &port],
+        };
+        let child = Command::new(&server)
+            .args(listen)
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loglevel", "notice"])
+            .args(&self.args)
+            .stdout(Stdio::piped())
+            .spawn();
+        let mut child = match child {
+            Ok(child) => child,
+            Err(e) => {
+                eprintln!("SKIPPED {}: cannot run {server} ({e})", self.test);
+                return None;
             }
-            std::thread::sleep(Duration::from_millis(20));
+        };
+        let lines = log_lines(child.stdout.take().expect("piped stdout"));
+        let mut log = String::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(line) if line.contains(READY) => {
+                    self.child = Some(child);
+                    return Some(Started::Ready);
+                }
+                Ok(line) => log.push_str(&line),
+                Err(RecvTimeoutError::Disconnected) => {
+                    let status = child.wait().expect("waiting for the server");
+                    if log.contains("Address already in use") {
+                        return Some(Started::PortTaken(log));
+                    }
+                    panic!("{}: {server} on port {port} exited ({status}) before listening\n{log}", self.test);
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("{}: {server} on port {port} did not listen within 10 s\n{log}", self.test);
+                }
+            }
         }
-        panic!("redis-server on port {} did not listen", self.port);
     }
 
     /// Stops the server at once (SIGKILL): every key it held is gone.
@@ -116,6 +189,26 @@ impl PrivateRedis {
             let _ = child.wait();
         }
     }
+}
+
+enum Started {
+    Ready,
+    /// The port was bound by someone else first; the server's log.
+    PortTaken(String),
+}
+
+/// The server's log, line by line, read on a thread that keeps draining it
+/// (so the server never blocks on a full pipe) until the server exits.
+fn log_lines(stdout: ChildStdout) -> Receiver<String> {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+            let _ = sender.send(std::mem::take(&mut line));
+        }
+    });
+    receiver
 }
 
 impl Drop for PrivateRedis {
