@@ -6,7 +6,9 @@
 // Twelve concurrent requests wait their turn in the governor; none is
 // refused by the provider. gpt-4o at tier 1 allows 500 requests and 30,000
 // tokens a minute, and OpenAI also enforces that pro rata over seconds (as
-// the mock does with `enforce_every = "1s"`): 500 tokens a second.
+// the mock does with `enforce_every = "1s"`): 500 tokens a second. The
+// governor keeps 20% of each limit back, so that requests admitted together
+// but sent a little apart (a busy event loop) still fit the provider's window.
 import OpenAI from 'openai';
 import llmgov from 'llmgov';
 
@@ -15,6 +17,7 @@ const { Governor, governedFetch } = llmgov;
 const gov = Governor.fromToml(`
 [scopes."openai/org/gpt-4o"]
 provider = true
+safety_margin = 0.8
 limits = [
   { dimension = "requests", amount = 500, window = "1m" },
   { dimension = "tokens", amount = 30000, window = "1m" },
