@@ -7,7 +7,7 @@ C_TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
 C_LIB_DIR := $(C_TARGET_DIR)/debug
 C_OUT := $(C_TARGET_DIR)/bindings-c
 C_SRC := bindings-c/tests/c
-C_TESTS := governor misuse threads acquire feedback routing routing_wait events prometheus cancel cost
+C_TESTS := governor misuse threads acquire feedback routing routing_wait events prometheus cancel cost plan
 C_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' bindings-c/Cargo.toml)
 C_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -pthread
 # Compiles and links through the generated pkg-config file, as a user would.

@@ -33,6 +33,12 @@
 #define LLMGOV_NO_TIMEOUT UINT64_MAX
 
 /**
+ * How many limits the planner knows (`rpm`, `tpm`, `input_tpm`,
+ * `output_tpm`, `concurrency`): the length of `llmgov_plan.ceilings`.
+ */
+#define LLMGOV_PLAN_LIMITS 5
+
+/**
  * The outcome of every fallible call: `LLMGOV_RESULT_OK` (0), or why it
  * failed. The numbers are stable: new codes are only ever added.
  *
@@ -682,6 +688,160 @@ typedef struct llmgov_usage {
 } llmgov_usage;
 
 /**
+ * A deployment's limits and a workload's shape, for
+ * `llmgov_plan_capacity`.
+ *
+ * Each optional value has a `has_<field>` flag beside it, as
+ * `llmgov_request`'s `has_deadline` does: a field is read only when its
+ * flag is true, so a zeroed struct sets nothing. A flag rather than a
+ * sentinel (0 or NaN meaning "unset") keeps every number meaningful: a
+ * limit given as 0, a negative or a NaN is refused with
+ * `LLMGOV_RESULT_INVALID_REQUEST` naming the field, as the core and the
+ * other languages refuse it, instead of silently meaning "no limit".
+ *
+ * Give at least one limit (`rpm`, `tpm`, `input_tpm`, `output_tpm`,
+ * `concurrency`); unset limits do not bind.
+ */
+typedef struct llmgov_plan_input {
+  /**
+   * Requests per minute; read only when `has_rpm` is true.
+   */
+  double rpm;
+  /**
+   * Whether `rpm` is set.
+   */
+  bool has_rpm;
+  /**
+   * Total (input + output) tokens per minute; read only when `has_tpm`.
+   */
+  double tpm;
+  /**
+   * Whether `tpm` is set.
+   */
+  bool has_tpm;
+  /**
+   * Input tokens per minute; read only when `has_input_tpm`.
+   */
+  double input_tpm;
+  /**
+   * Whether `input_tpm` is set.
+   */
+  bool has_input_tpm;
+  /**
+   * Output tokens per minute; read only when `has_output_tpm`.
+   */
+  double output_tpm;
+  /**
+   * Whether `output_tpm` is set.
+   */
+  bool has_output_tpm;
+  /**
+   * Requests in flight at once; read only when `has_concurrency`.
+   */
+  double concurrency;
+  /**
+   * Whether `concurrency` is set.
+   */
+  bool has_concurrency;
+  /**
+   * Average input tokens per request (0 or more).
+   */
+  double avg_input;
+  /**
+   * Average output tokens per request (0 or more).
+   */
+  double avg_output;
+  /**
+   * 95th-percentile input tokens; read only when `has_p95_input`.
+   */
+  double p95_input;
+  /**
+   * Whether `p95_input` is set.
+   */
+  bool has_p95_input;
+  /**
+   * 95th-percentile output tokens (what a reservation holds); read only
+   * when `has_p95_output`.
+   */
+  double p95_output;
+  /**
+   * Whether `p95_output` is set.
+   */
+  bool has_p95_output;
+  /**
+   * Average request latency in seconds (bounds the rate under a
+   * concurrency limit); read only when `has_latency`, else 5.
+   */
+  double latency;
+  /**
+   * Whether `latency` is set.
+   */
+  bool has_latency;
+  /**
+   * Fraction of the limits to plan for, in (0, 1]; read only when
+   * `has_utilisation`, else 0.9.
+   */
+  double utilisation;
+  /**
+   * Whether `utilisation` is set.
+   */
+  bool has_utilisation;
+} llmgov_plan_input;
+
+/**
+ * One limit's ceiling on requests per minute.
+ */
+typedef struct llmgov_plan_ceiling {
+  /**
+   * The limit: `"rpm"`, `"tpm"`, `"input_tpm"`, `"output_tpm"` or
+   * `"concurrency"` (static: never free it).
+   */
+  const char *limit;
+  /**
+   * Requests per minute it allows at 100% utilisation; `INFINITY` for a
+   * limit on tokens the requests do not use (an `output_tpm` with
+   * `avg_output` 0).
+   */
+  double rpm;
+} llmgov_plan_ceiling;
+
+/**
+ * What `llmgov_plan_capacity` works out: every set limit's ceiling, the
+ * one that binds, and the sustainable rate.
+ */
+typedef struct llmgov_plan {
+  /**
+   * The binding (lowest) limit's name, as in `ceilings` (static: never
+   * free it).
+   */
+  const char *binding;
+  /**
+   * Sustainable requests per minute: the lowest ceiling × utilisation.
+   */
+  double sustainable_rpm;
+  /**
+   * The same while reservations hold p95 sizes (as llmgov's do until
+   * they are settled); read only when
+   * `has_sustainable_rpm_reserving_p95`.
+   */
+  double sustainable_rpm_reserving_p95;
+  /**
+   * Whether a p95 was given, so `sustainable_rpm_reserving_p95` is set.
+   */
+  bool has_sustainable_rpm_reserving_p95;
+  /**
+   * Each set limit's ceiling for average-sized requests, in the order
+   * `rpm`, `tpm`, `input_tpm`, `output_tpm`, `concurrency`; the first
+   * `ceilings_len` are filled, the rest are `{NULL, 0}`.
+   */
+  struct llmgov_plan_ceiling ceilings[LLMGOV_PLAN_LIMITS];
+  /**
+   * How many of `ceilings` are filled (1 to `LLMGOV_PLAN_LIMITS`).
+   */
+  size_t ceilings_len;
+} llmgov_plan;
+
+/**
  * Where `llmgov_governor_try_acquire_profile` or
  * `llmgov_governor_acquire_profile` sent a request.
  */
@@ -1273,6 +1433,30 @@ llmgov_result llmgov_permit_get_charged(const struct llmgov_permit *permit,
  * twice, is undefined behaviour.
  */
 void llmgov_permit_free(struct llmgov_permit *permit);
+
+/**
+ * How many requests a minute a set of limits sustains for a workload's
+ * shape, and which limit binds: min(RPM, TPM ÷ tokens, ITPM ÷ input,
+ * OTPM ÷ output, concurrency × 60 ÷ latency) × utilisation, as
+ * `llmgov plan` prints it. Needs no governor; never blocks.
+ *
+ * Bad input is `LLMGOV_RESULT_INVALID_REQUEST`, and `llmgov_last_error`
+ * gives the field (`"rpm"`, `"utilisation"`, … as named in
+ * `llmgov_plan_input`) and its value: a negative, zero (for a limit, a
+ * p95, the latency or the utilisation), NaN or infinite number, a
+ * utilisation above 1, or no limit at all (`e.field` =
+ * `"rpm/tpm/input_tpm/output_tpm/concurrency"`, `e.value` = `"none"`). A
+ * NULL pointer is `LLMGOV_RESULT_NULL_ARGUMENT` naming it.
+ *
+ * # Ownership
+ * `input` is only read, during the call. On success `*out` is filled; its
+ * strings are static (never free them).
+ *
+ * # Safety
+ * `input` NULL or readable for one `llmgov_plan_input`; `out` NULL or
+ * writable for one `llmgov_plan`.
+ */
+llmgov_result llmgov_plan_capacity(const struct llmgov_plan_input *input, struct llmgov_plan *out);
 
 /**
  * Resolves profile `name` (a `[profiles.<name>]` of the configuration) and

@@ -30,6 +30,7 @@ mod events;
 mod governor;
 mod interned;
 mod permit;
+mod plan;
 mod routing;
 mod strings;
 mod tokens;
