@@ -184,6 +184,24 @@ export interface AdviceReason {
   retries?: number
 }
 
+/** The plan: every ceiling, the binding one, and the sustainable rate. */
+export interface CapacityPlan {
+  /**
+   * Each given limit's ceiling, for average-sized requests, in the order
+   * `rpm`, `tpm`, `input_tpm`, `output_tpm`, `concurrency`.
+   */
+  ceilings: Array<PlanCeiling>
+  /** The limit with the lowest ceiling. */
+  binding: string
+  /** Sustainable requests per minute: the lowest ceiling × utilisation. */
+  sustainableRpm: number
+  /**
+   * The same while reservations hold p95 sizes (as llmgov's do until they
+   * are settled); `null` unless `p95Input` or `p95Output` was given.
+   */
+  sustainableRpmReservingP95: number | null
+}
+
 /**
  * What one provider answer says about limits (the core's
  * `Classification`, camelCased).
@@ -339,6 +357,13 @@ export declare function nativeCountChatTokens(messagesJson: string, model: strin
 export declare function nativeEstimateRequest(body: string, api: string, counting: string): RequestEstimate
 
 /**
+ * How many requests a minute a set of limits sustains for a workload's
+ * shape, and which limit binds (as `llmgov plan`). Bad values throw
+ * `InvalidRequestError` naming the option.
+ */
+export declare function nativePlanCapacity(options: PlanOptions): CapacityPlan
+
+/**
  * The version of the addon (the crate's), to check the JavaScript layer
  * loaded the addon it was built with.
  */
@@ -363,6 +388,49 @@ export interface PermitInfo {
   acquiredAtMs: number
   /** When it expires unless settled, in the governor clock's milliseconds. */
   expiresAtMs: number
+}
+
+/** One limit's ceiling on requests per minute. */
+export interface PlanCeiling {
+  /**
+   * The limit, as the core names it: `rpm`, `tpm`, `input_tpm`,
+   * `output_tpm` or `concurrency`.
+   */
+  limit: string
+  /**
+   * Requests per minute it allows at 100% utilisation; `Infinity` for a
+   * limit on tokens the requests do not use.
+   */
+  rpm: number
+}
+
+/**
+ * A deployment's limits and a workload's shape, as the TypeScript layer
+ * passes them (checked to be finite numbers).
+ */
+export interface PlanOptions {
+  /** Average input tokens per request. */
+  avgInput: number
+  /** Average output tokens per request. */
+  avgOutput: number
+  /** Requests per minute. */
+  rpm?: number
+  /** Total (input + output) tokens per minute. */
+  tpm?: number
+  /** Input tokens per minute. */
+  inputTpm?: number
+  /** Output tokens per minute. */
+  outputTpm?: number
+  /** Requests in flight at once. */
+  concurrency?: number
+  /** 95th-percentile input tokens. */
+  p95Input?: number
+  /** 95th-percentile output tokens (what a reservation holds). */
+  p95Output?: number
+  /** Average request latency in seconds (5 by default). */
+  latency?: number
+  /** Fraction of the limits to plan for, in (0, 1] (0.9 by default). */
+  utilisation?: number
 }
 
 /** A request to admit through a resolved profile. */

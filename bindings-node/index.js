@@ -850,6 +850,7 @@ module.exports.hotTryAcquire = nativeBinding.hotTryAcquire
 module.exports.nativeClassifyResponse = nativeBinding.nativeClassifyResponse
 module.exports.nativeCountChatTokens = nativeBinding.nativeCountChatTokens
 module.exports.nativeEstimateRequest = nativeBinding.nativeEstimateRequest
+module.exports.nativePlanCapacity = nativeBinding.nativePlanCapacity
 module.exports.nativeVersion = nativeBinding.nativeVersion
 module.exports.registerArgs = nativeBinding.registerArgs
 module.exports.registerErrorFactory = nativeBinding.registerErrorFactory

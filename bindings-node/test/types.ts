@@ -13,6 +13,11 @@ import {
   GovernorEvent,
   LlmgovError,
   Permit,
+  CapacityPlan,
+  PlanCeiling,
+  PlanLimit,
+  PlanOptions,
+  planCapacity,
   Profile,
   RateLimitedError,
   RetryPolicy,
@@ -87,3 +92,14 @@ void [placed, asPermit, waitedRouted, metrics, stop, dropped];
 const openai = new OpenAI({ apiKey: 'x', maxRetries: 0, fetch: governedFetch(gov, fetch, { paths: ['openai/org/gpt-4o'] }) });
 const anthropic = new Anthropic({ apiKey: 'x', maxRetries: 0, fetch: governedFetch(gov, fetch, { paths: (r) => [`anthropic/${r.body?.model}`] }) });
 void [c, fromResponse, n, delay, k, openai, anthropic];
+
+const planned: CapacityPlan = planCapacity({ rpm: 60, tpm: 100_000, avgInput: 1500, avgOutput: 500, utilisation: 1 });
+const binds: PlanLimit = planned.binding;
+const ceiling: PlanCeiling = planned.ceilings[0];
+const reserving: number | null = planned.sustainableRpmReservingP95;
+const shape: PlanOptions = { concurrency: 10, latency: 30, avgInput: 1, avgOutput: 1, p95Input: 2, p95Output: 2 };
+// @ts-expect-error the averages are required
+planCapacity({ rpm: 60, avgOutput: 500 });
+// @ts-expect-error options are camelCase
+planCapacity({ rpm: 60, avgInput: 1, avgOutput: 1, input_tpm: 5 });
+void [binds, ceiling, reserving, shape, planned.sustainableRpm];

@@ -32,6 +32,8 @@ export {
 export { classifyResponse, RetryPolicy } from './feedback';
 export type { Advice, AdviceReason, AttemptOutcome, BodyLike, Classification, ClassifyOptions, Provider, RetryOptions } from './feedback';
 export { countChatTokens, countTokens, estimateTokens } from './tokens';
+export { planCapacity } from './plan';
+export type { CapacityPlan, PlanCeiling, PlanLimit, PlanOptions } from './plan';
 export type { AnthropicUsage, AnyUsage, OpenAIResponsesUsage, OpenAIUsage, Usage } from './usage';
 export type { HeadersLike } from './headers';
 export { governedFetch } from './fetch';
