@@ -14,7 +14,10 @@ C_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -pthread
 C_PKG := PKG_CONFIG_PATH=$(C_OUT) pkg-config
 C_LINK = $$($(C_PKG) --cflags --libs llmgov) -Wl,-rpath,$(C_LIB_DIR)
 C_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-C_VALGRIND := valgrind -q --leak-check=full --error-exitcode=1 --num-callers=40 \
+# A test that hangs (a lost wake-up leaves a waiter spinning) fails after
+# five minutes instead of holding CI to its limit.
+C_RUN := timeout 300
+C_VALGRIND := $(C_RUN) valgrind -q --leak-check=full --error-exitcode=1 --num-callers=40 \
 	--suppressions=$(C_SRC)/valgrind.supp
 # cgo links the shared library found through CGO_LDFLAGS; the rpath lets the
 # test binary find it at run time.
@@ -40,7 +43,7 @@ c-header:
 c-asan: lib-c
 	set -e; for t in $(C_TESTS); do \
 		gcc $(C_CFLAGS) $(C_ASAN) $(C_SRC)/test_$$t.c $(C_LINK) -o $(C_OUT)/test_$$t-asan; \
-		ASAN_OPTIONS=detect_leaks=1 $(C_OUT)/test_$$t-asan; \
+		ASAN_OPTIONS=detect_leaks=1 $(C_RUN) $(C_OUT)/test_$$t-asan; \
 	done
 
 c-valgrind: lib-c
@@ -53,7 +56,7 @@ c-valgrind: lib-c
 c-static: lib-c
 	gcc $(C_CFLAGS) $(C_SRC)/test_governor.c -Ibindings-c/include $(C_LIB_DIR)/libllmgov.a \
 		$$($(C_PKG) --libs-only-other --libs-only-l --static llmgov | sed 's/-lllmgov//') -o $(C_OUT)/test_governor-static
-	$(C_OUT)/test_governor-static
+	$(C_RUN) $(C_OUT)/test_governor-static
 
 ## The quick starts of README.md and bindings-c/README.md, run as written:
 ## the first ```c and ```go blocks from each one's "Quick start (C)" and
