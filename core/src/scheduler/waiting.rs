@@ -98,20 +98,28 @@ struct TimerState {
     shutdown: bool,
 }
 
-/// A governor's waiting layer.
+/// A governor's waiting layer: the queues, and the timer thread that polls
+/// them, joined when the layer goes.
 #[derive(Debug)]
 pub(crate) struct Waiting {
+    queues: Arc<Queues>,
+    timer_started: AtomicBool,
+    /// The timer thread. It holds the queues, never this: so the last
+    /// reference to this is dropped on a caller's thread, which joins it,
+    /// and nothing of the timer outlives the governor (a C program exiting
+    /// right after `llmgov_governor_free` finds no thread still freeing it).
+    timer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// The queues and what polls them, shared with the timer thread.
+#[derive(Debug)]
+struct Queues {
     state: Mutex<State>,
     /// Waiters, readable without the lock: hooks skip polling when zero.
     depth: AtomicUsize,
     /// Set by a hook that could not take the lock: its holder polls again.
     dirty: AtomicBool,
-    timer: Arc<Timer>,
-    timer_started: AtomicBool,
-    /// The timer thread, joined when the governor goes, so that nothing of
-    /// it outlives the governor (a C program exiting right after
-    /// `llmgov_governor_free` must find no thread still running).
-    timer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    timer: Timer,
 }
 
 /// What queueing a request gave.
@@ -125,21 +133,69 @@ pub(crate) enum Entry {
 impl Waiting {
     pub fn new(config: &Config) -> Result<Self> {
         let state = State { scheduler: Scheduler::new(config)?, slots: HashMap::new(), outcomes: Vec::new() };
-        Ok(Waiting {
+        let queues = Queues {
             state: Mutex::new(state),
             depth: AtomicUsize::new(0),
             dirty: AtomicBool::new(false),
-            timer: Arc::default(),
-            timer_started: AtomicBool::new(false),
-            timer_thread: Mutex::new(None),
-        })
+            timer: Timer::default(),
+        };
+        Ok(Waiting { queues: Arc::new(queues), timer_started: AtomicBool::new(false), timer_thread: Mutex::new(None) })
     }
 
     /// Queues `request` and polls: see [`Scheduler::submit`].
     pub fn enter(
-        self: &Arc<Self>,
+        &self,
         ledger: &Arc<Ledger>,
         clock: &Arc<dyn Clock>,
+        request: Request,
+        class_name: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Entry> {
+        let entry = self.queues.enter(ledger, &**clock, request, class_name, timeout)?;
+        if matches!(entry, Entry::Waiting(..)) {
+            self.start_timer(ledger, clock);
+        }
+        Ok(entry)
+    }
+
+    /// A waiter leaves before taking its answer. A permit granted to it in
+    /// the meantime is cancelled, so nothing leaks.
+    pub fn leave(&self, id: WaiterId, slot: &Slot, ledger: &Ledger, clock: &dyn Clock) {
+        self.queues.leave(id, slot, ledger, clock)
+    }
+
+    /// Polls if anyone waits: capacity may have come back.
+    pub fn kick(&self, ledger: &Ledger, clock: &dyn Clock) {
+        self.queues.kick(ledger, clock)
+    }
+
+    /// Polls now, waiting for the lock; returns the next timeout.
+    pub fn poll_now(&self, ledger: &Ledger, clock: &dyn Clock) -> Option<u64> {
+        self.queues.poll_now(ledger, clock)
+    }
+
+    pub fn metrics(&self, now: u64) -> QueueMetrics {
+        self.queues.state.lock().scheduler.metrics(now)
+    }
+
+    fn start_timer(&self, ledger: &Arc<Ledger>, clock: &Arc<dyn Clock>) {
+        if self.timer_started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (queues, ledger, clock) = (self.queues.clone(), Arc::downgrade(ledger), clock.clone());
+        let handle = std::thread::Builder::new()
+            .name("llmgov-waiting".into())
+            .spawn(move || run_timer(&queues, &ledger, &*clock))
+            .expect("spawning the waiting timer thread");
+        *self.timer_thread.lock() = Some(handle);
+    }
+}
+
+impl Queues {
+    fn enter(
+        &self,
+        ledger: &Ledger,
+        clock: &dyn Clock,
         request: Request,
         class_name: &str,
         timeout: Option<Duration>,
@@ -166,20 +222,15 @@ impl Waiting {
         state.slots.insert(id, slot.clone());
         self.poll_locked(&mut state, ledger, now);
         drop(state);
-        self.after_poll(ledger, &**clock);
+        self.after_poll(ledger, clock);
         match slot.take() {
             Some(Ok(permit)) => Ok(Entry::Admitted(permit)),
             Some(Err(error)) => Err(error),
-            None => {
-                self.start_timer(ledger, clock);
-                Ok(Entry::Waiting(id, slot))
-            }
+            None => Ok(Entry::Waiting(id, slot)),
         }
     }
 
-    /// A waiter leaves before taking its answer. A permit granted to it in
-    /// the meantime is cancelled, so nothing leaks.
-    pub fn leave(&self, id: WaiterId, slot: &Slot, ledger: &Ledger, clock: &dyn Clock) {
+    fn leave(&self, id: WaiterId, slot: &Slot, ledger: &Ledger, clock: &dyn Clock) {
         let mut state = self.state.lock();
         if state.scheduler.withdraw(id) {
             state.slots.remove(&id);
@@ -194,8 +245,7 @@ impl Waiting {
         }
     }
 
-    /// Polls if anyone waits: capacity may have come back.
-    pub fn kick(&self, ledger: &Ledger, clock: &dyn Clock) {
+    fn kick(&self, ledger: &Ledger, clock: &dyn Clock) {
         if self.depth.load(Ordering::SeqCst) == 0 {
             return;
         }
@@ -203,18 +253,13 @@ impl Waiting {
         self.after_poll(ledger, clock);
     }
 
-    /// Polls now, waiting for the lock; returns the next timeout.
-    pub fn poll_now(&self, ledger: &Ledger, clock: &dyn Clock) -> Option<u64> {
+    fn poll_now(&self, ledger: &Ledger, clock: &dyn Clock) -> Option<u64> {
         let mut state = self.state.lock();
         self.poll_locked(&mut state, ledger, clock.now());
         let next = state.scheduler.poll_timeout();
         drop(state);
         self.after_poll(ledger, clock);
         next
-    }
-
-    pub fn metrics(&self, now: u64) -> QueueMetrics {
-        self.state.lock().scheduler.metrics(now)
     }
 
     /// Polls again while a hook asked for it and the lock is free. A hook
@@ -244,27 +289,15 @@ impl Waiting {
         timer.at = scheduler.poll_timeout().map(|at| at.max(now.saturating_add(MIN_TIMER_NS)));
         self.timer.changed.notify_one();
     }
-
-    fn start_timer(self: &Arc<Self>, ledger: &Arc<Ledger>, clock: &Arc<dyn Clock>) {
-        if self.timer_started.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let (timer, waiting, ledger, clock) =
-            (self.timer.clone(), Arc::downgrade(self), Arc::downgrade(ledger), clock.clone());
-        let handle = std::thread::Builder::new()
-            .name("llmgov-waiting".into())
-            .spawn(move || run_timer(&timer, &waiting, &ledger, &*clock))
-            .expect("spawning the waiting timer thread");
-        *self.timer_thread.lock() = Some(handle);
-    }
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        self.timer.state.lock().shutdown = true;
-        self.timer.changed.notify_one();
-        // The last reference may go on the timer thread itself (it holds
-        // one while it polls): that thread is returning anyway.
+        self.queues.timer.state.lock().shutdown = true;
+        self.queues.timer.changed.notify_one();
+        // The timer thread holds no reference to this; only a waker that
+        // dropped its task inside `wake` could drop the last one there, and
+        // that thread is returning anyway.
         if let Some(handle) = self.timer_thread.get_mut().take() {
             if handle.thread().id() != std::thread::current().id() {
                 let _ = handle.join();
@@ -275,7 +308,8 @@ impl Drop for Waiting {
 
 /// Sleeps until the scheduler's next timeout, polls, and again, until the
 /// governor is gone.
-fn run_timer(timer: &Timer, waiting: &Weak<Waiting>, ledger: &Weak<Ledger>, clock: &dyn Clock) {
+fn run_timer(queues: &Queues, ledger: &Weak<Ledger>, clock: &dyn Clock) {
+    let timer = &queues.timer;
     loop {
         {
             let mut state = timer.state.lock();
@@ -296,7 +330,9 @@ fn run_timer(timer: &Timer, waiting: &Weak<Waiting>, ledger: &Weak<Ledger>, cloc
                 }
             }
         }
-        let (Some(waiting), Some(ledger)) = (waiting.upgrade(), ledger.upgrade()) else { return };
-        waiting.poll_now(&ledger, clock);
+        // The ledger's last reference may go here, while the governor is
+        // dropped: its `Waiting` joins this thread, so that ends first.
+        let Some(ledger) = ledger.upgrade() else { return };
+        queues.poll_now(&ledger, clock);
     }
 }
