@@ -12,10 +12,12 @@ LANGUAGE_TESTS :=
 ## Runs every test of every language present.
 test: lint test-rust $(LANGUAGE_TESTS)
 
-## Formatting and clippy, warnings as errors.
+## Formatting, clippy and rustdoc (broken links, bad doc markup), warnings
+## as errors.
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
 
 test-rust:
 	$(CARGO) test --workspace --all-targets
