@@ -11,14 +11,14 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use llmgov::{ClassId, Config, Governor, ManualClock, PermitState, ProfileRoute, Route};
+use llmgov::{ClassId, Config, Governor, ManualClock, PermitState, ProfileRoute, Request, Route};
 use napi::{Env, Result};
 use napi_derive::napi;
 
 use crate::errors::{invalid, throw, OrThrow};
 use crate::events::EventSink;
 use crate::feedback::{classify, Classification};
-use crate::numbers::millis;
+use crate::numbers::{count, millis};
 use crate::permits::Permits;
 use crate::snapshot::{queue_metrics, snapshot, QueueMetrics, Snapshot};
 
@@ -59,6 +59,30 @@ impl State {
             .copied()
             .ok_or_else(|| invalid("klass", number, "not a class of this governor"))
     }
+
+    /// The request on `route` that `counts` describe, each count checked.
+    #[inline]
+    pub fn request(&self, route: Route, counts: Counts) -> llmgov::Result<Request> {
+        let mut request = Request::new(route)
+            .input_tokens(count("input_tokens", counts.input)?)
+            .cached_input_tokens(count("cached_input_tokens", counts.cached_input)?)
+            .max_output_tokens(count("max_output_tokens", counts.max_output)?);
+        if let Some(expected) = counts.expected_output {
+            request.expected_output_tokens = Some(count("expected_output_tokens", expected)?);
+        }
+        request.class = self.class(counts.class_number)?;
+        Ok(request)
+    }
+}
+
+/// What a request estimates, as every acquiring call passes it: JavaScript
+/// numbers, checked by [`State::request`], and the class's number.
+pub struct Counts {
+    pub input: f64,
+    pub cached_input: f64,
+    pub max_output: f64,
+    pub expected_output: Option<f64>,
+    pub class_number: u32,
 }
 
 thread_local! {

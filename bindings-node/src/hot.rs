@@ -17,13 +17,13 @@
 use std::cell::{Cell, RefCell};
 use std::mem::ManuallyDrop;
 
-use llmgov::{Request, Usage};
+use llmgov::Usage;
 use napi::bindgen_prelude::Float64Array;
 use napi::{Env, Result};
 use napi_derive::napi;
 
 use crate::errors::{invalid, throw};
-use crate::governor::{route_of, with, State};
+use crate::governor::{route_of, with, Counts, State};
 use crate::numbers::count;
 
 /// Slots of the argument buffer; the JavaScript layer allocates exactly this many.
@@ -107,14 +107,14 @@ pub fn hot_try_acquire() -> f64 {
 fn try_acquire() -> llmgov::Result<f64> {
     let [gov, route, input, cached, max_output, has_expected, expected, class] = args::<8>()?;
     with(index("governor", gov)?, |s: &mut State| {
-        let mut request = Request::new(route_of(s, index("route", route)?)?)
-            .input_tokens(count("input_tokens", input)?)
-            .cached_input_tokens(count("cached_input_tokens", cached)?)
-            .max_output_tokens(count("max_output_tokens", max_output)?);
-        if has_expected != 0.0 {
-            request.expected_output_tokens = Some(count("expected_output_tokens", expected)?);
-        }
-        request.class = s.class(index("klass", class)?)?;
+        let counts = Counts {
+            input,
+            cached_input: cached,
+            max_output,
+            expected_output: (has_expected != 0.0).then_some(expected),
+            class_number: index("klass", class)?,
+        };
+        let request = s.request(route_of(s, index("route", route)?)?, counts)?;
         let permit = s.gov.try_acquire(&request)?;
         let now = permit.acquired_at();
         Ok(s.permits.insert(permit, now))

@@ -11,8 +11,7 @@ use napi::{Env, Result};
 use napi_derive::napi;
 
 use crate::errors::{invalid, OrThrow};
-use crate::governor::{with, NativeGovernor, State};
-use crate::numbers::count;
+use crate::governor::{with, Counts, NativeGovernor, State};
 use crate::waiting::{start_wait, waiting, Grant, Started, WaitArgs};
 
 /// A request to admit through a resolved profile.
@@ -101,15 +100,14 @@ fn profile_request<'s>(s: &'s State, args: &ProfileArgs) -> llmgov::Result<(&'s 
         .profiles
         .get(args.profile as usize)
         .ok_or_else(|| invalid("profile", args.profile, "not a profile of this governor"))?;
-    let mut request = Request::new(profile.primary())
-        .input_tokens(count("input_tokens", args.input_tokens)?)
-        .cached_input_tokens(count("cached_input_tokens", args.cached_input_tokens)?)
-        .max_output_tokens(count("max_output_tokens", args.max_output_tokens)?);
-    if let Some(expected) = args.expected_output_tokens {
-        request.expected_output_tokens = Some(count("expected_output_tokens", expected)?);
-    }
-    request.class = s.class(args.class_number)?;
-    Ok((profile, request))
+    let counts = Counts {
+        input: args.input_tokens,
+        cached_input: args.cached_input_tokens,
+        max_output: args.max_output_tokens,
+        expected_output: args.expected_output_tokens,
+        class_number: args.class_number,
+    };
+    Ok((profile, s.request(profile.primary(), counts)?))
 }
 
 impl Grant for Routed {

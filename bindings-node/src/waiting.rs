@@ -25,8 +25,8 @@ use napi_derive::napi;
 use tokio::sync::oneshot;
 
 use crate::errors::{invalid, throw, OrThrow};
-use crate::governor::{route_of, with, State};
-use crate::numbers::{count, millis};
+use crate::governor::{route_of, with, Counts, State};
+use crate::numbers::millis;
 
 /// Why a waiting acquire ended without a permit.
 enum Failure {
@@ -118,14 +118,14 @@ pub fn waiting(request: Request, priority: i32, deadline_ms: Option<f64>) -> llm
 
 fn request(args: &AcquireArgs) -> llmgov::Result<(Governor, Request)> {
     with(args.governor, |s| {
-        let mut request = Request::new(route_of(s, args.route)?)
-            .input_tokens(count("input_tokens", args.input_tokens)?)
-            .cached_input_tokens(count("cached_input_tokens", args.cached_input_tokens)?)
-            .max_output_tokens(count("max_output_tokens", args.max_output_tokens)?);
-        if let Some(expected) = args.expected_output_tokens {
-            request.expected_output_tokens = Some(count("expected_output_tokens", expected)?);
-        }
-        request.class = s.class(args.class_number)?;
+        let counts = Counts {
+            input: args.input_tokens,
+            cached_input: args.cached_input_tokens,
+            max_output: args.max_output_tokens,
+            expected_output: args.expected_output_tokens,
+            class_number: args.class_number,
+        };
+        let request = s.request(route_of(s, args.route)?, counts)?;
         Ok((s.gov.clone(), waiting(request, args.priority, args.deadline_ms)?))
     })
 }
