@@ -2,7 +2,7 @@
 //! and cached by the object that named them) and the tokens it estimates.
 //! `Governor` and `RedisGovernor` read their arguments the same way here.
 
-use llmgov::{Governor, Request, Route, MAX_TOKENS};
+use llmgov::{Governor, Request, Route, Usage, MAX_TOKENS};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use pyo3::PyClass;
@@ -28,14 +28,16 @@ impl RequestArgs<'_, '_> {
     /// The core request on `route`, classed by `gov`'s traffic classes.
     pub fn request(&self, py: Python<'_>, gov: &Governor, route: Route) -> PyResult<Request> {
         let mut request = Request::new(route);
-        request.max_output_tokens = max_output_tokens(self.max_output_tokens)?;
         if self.only_token_counts() {
             // The hot path, `try_acquire(route, 1000, 200)`: two counts.
+            request.max_output_tokens = max_output_tokens(self.max_output_tokens)?;
             request.input_tokens = count("input_tokens", self.input_tokens)?.unwrap_or(0);
             return Ok(request);
         }
-        request.input_tokens = self.input_tokens(py)?;
-        request.cached_input_tokens = count("cached_input_tokens", self.cached_input_tokens)?.unwrap_or(0);
+        let estimate = self.estimate(py)?;
+        request.input_tokens = estimate.input_tokens;
+        request.cached_input_tokens = estimate.cached_input_tokens;
+        request.max_output_tokens = estimate.output_tokens;
         request.expected_output_tokens = count("expected_output_tokens", self.expected_output_tokens)?;
         if let Some(klass) = args::string("klass", self.klass)? {
             request.class = gov.class(&klass);
@@ -59,9 +61,18 @@ impl RequestArgs<'_, '_> {
         .all(absent)
     }
 
+    /// The tokens the request may take: its prompt's, cached ones among
+    /// them, and `max_output_tokens`.
+    pub fn estimate(&self, py: Python<'_>) -> PyResult<Usage> {
+        let output = max_output_tokens(self.max_output_tokens)?;
+        let input = self.input_tokens(py)?;
+        let cached = count("cached_input_tokens", self.cached_input_tokens)?.unwrap_or(0);
+        Ok(Usage::new(input, output).with_cached_input(cached))
+    }
+
     /// The prompt's tokens: given, or counted from `text` or `messages`
     /// (one of the three).
-    pub fn input_tokens(&self, py: Python<'_>) -> PyResult<u64> {
+    fn input_tokens(&self, py: Python<'_>) -> PyResult<u64> {
         let given = |v: Option<&Bound<'_, PyAny>>| v.is_some_and(|v| !v.is_none());
         let named = [("input_tokens", self.input_tokens), ("text", self.text), ("messages", self.messages)];
         let mut present = named.iter().filter(|(_, v)| given(*v));

@@ -6,12 +6,12 @@ mod permit;
 
 use std::sync::Arc;
 
-use llmgov::{Clock, ManualClock, Usage};
+use llmgov::{Clock, ManualClock};
 use llmgov_redis::{Health, RedisGovernor, SharedRoute};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::args::{count, no_unknown};
+use crate::args::no_unknown;
 use crate::config_source::{self, ChosenClock};
 use crate::convert::to_python;
 use crate::errors::IntoPyResult;
@@ -151,10 +151,7 @@ impl PyRedisGovernor {
             expected_output_tokens: None,
             klass: None,
         };
-        let input = asked.input_tokens(py)?;
-        let output = request::max_output_tokens(max_output_tokens)?;
-        let cached = count("cached_input_tokens", cached_input_tokens)?.unwrap_or(0);
-        let estimate = Usage::new(input, output).with_cached_input(cached);
+        let estimate = asked.estimate(py)?;
         let shared = &route.get().route;
         let permit = py.detach(|| this.gov.try_acquire(shared, estimate)).py_err()?;
         Ok(PyRedisPermit::new(permit, estimate, slf.clone().unbind()))
