@@ -35,10 +35,7 @@ func (g *Governor) Acquire(ctx context.Context, r Request) (*Permit, error) {
 	if err != nil {
 		return nil, err
 	}
-	timeout := C.uint64_t(C.LLMGOV_NO_TIMEOUT)
-	if deadline, ok := ctx.Deadline(); ok {
-		timeout = C.uint64_t(max(time.Until(deadline), 0))
-	}
+	timeout := timeoutOf(ctx)
 	req := r.c()
 	var handle *C.llmgov_permit
 	var ce C.go_error
@@ -55,6 +52,15 @@ func (g *Governor) Acquire(ctx context.Context, r Request) (*Permit, error) {
 		return nil, err
 	}
 	return newPermit(handle), nil
+}
+
+// timeoutOf is ctx's deadline as a wait's timeout in nanoseconds, or
+// LLMGOV_NO_TIMEOUT without one.
+func timeoutOf(ctx context.Context) C.uint64_t {
+	if deadline, ok := ctx.Deadline(); ok {
+		return C.uint64_t(max(time.Until(deadline), 0))
+	}
+	return C.uint64_t(C.LLMGOV_NO_TIMEOUT)
 }
 
 // WakeWaiters lets waiting requests see the clock's time now: admits whoever

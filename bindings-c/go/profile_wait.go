@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"time"
 )
 
 // AcquireProfile waits fairly for admission through p. It is admitted at
@@ -46,10 +45,7 @@ func (g *Governor) AcquireProfile(ctx context.Context, p *Profile, r Request) (*
 	if p.closed.Load() {
 		return nil, errClosed("profile")
 	}
-	timeout := C.uint64_t(C.LLMGOV_NO_TIMEOUT)
-	if deadline, ok := ctx.Deadline(); ok {
-		timeout = C.uint64_t(max(time.Until(deadline), 0))
-	}
+	timeout := timeoutOf(ctx)
 	req := r.c()
 	var handle *C.llmgov_permit
 	var routed C.llmgov_routed
