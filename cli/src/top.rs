@@ -1,9 +1,9 @@
 //! `llmgov top`: a governor's live state in the terminal. It reads what an
-//! application exposes — the JSON of `Governor::snapshot()` (every binding
-//! has it), optionally beside the queues as `{"snapshot": …, "queues": …}` —
-//! from a file or an HTTP endpoint, and draws per scope and limit a
-//! utilisation bar (█ used by settled requests, ▒ reserved by pending
-//! ones), with the counters and the queue depths.
+//! application exposes — the JSON of `Governor::metrics()` (every binding
+//! has it), or of a bare `snapshot()` — from a file or an HTTP endpoint, and
+//! draws per scope and limit a utilisation bar (█ used by settled requests,
+//! ▒ reserved by pending ones), with the counters, refusals by dimension,
+//! retry amplification and the queue depths.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -47,6 +47,13 @@ struct Limit {
 }
 
 #[derive(Debug, Deserialize)]
+struct Refusal {
+    dimension: String,
+    gateway_decision: String,
+    count: u64,
+}
+
+#[derive(Debug, Deserialize)]
 struct Queues {
     classes: Vec<Class>,
 }
@@ -62,7 +69,15 @@ struct Class {
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 enum Exposed {
-    WithQueues { snapshot: Snapshot, queues: Queues },
+    /// `metrics()`; `{"snapshot", "queues"}` alone is read too.
+    Metrics {
+        snapshot: Snapshot,
+        queues: Queues,
+        #[serde(default)]
+        refusals: Vec<Refusal>,
+        #[serde(default)]
+        retry_amplification: Option<f64>,
+    },
     Plain(Snapshot),
 }
 
@@ -84,9 +99,11 @@ pub fn fetch(source: &str) -> Result<String, CliError> {
 pub fn render(json: &str) -> Result<String, CliError> {
     let exposed: Exposed = serde_json::from_str(json)
         .map_err(|e| CliError::field("snapshot", truncate(json), format!("not a governor snapshot: {e}")))?;
-    let (snapshot, queues) = match exposed {
-        Exposed::WithQueues { snapshot, queues } => (snapshot, Some(queues)),
-        Exposed::Plain(snapshot) => (snapshot, None),
+    let (snapshot, queues, refusals, amplification) = match exposed {
+        Exposed::Metrics { snapshot, queues, refusals, retry_amplification } => {
+            (snapshot, Some(queues), refusals, retry_amplification)
+        }
+        Exposed::Plain(snapshot) => (snapshot, None, Vec::new(), None),
     };
     let mut out = String::new();
     let s = &snapshot;
@@ -100,6 +117,27 @@ pub fn render(json: &str) -> Result<String, CliError> {
         s.admitted_then_provider_rejected,
         s.expired_permits
     );
+    if !refusals.is_empty() || amplification.is_some() {
+        let by = |decision: &str| {
+            let named: Vec<String> = refusals
+                .iter()
+                .filter(|r| r.gateway_decision == decision && r.count > 0)
+                .map(|r| format!("{} {}", r.dimension, r.count))
+                .collect();
+            if named.is_empty() {
+                "none".to_owned()
+            } else {
+                named.join(", ")
+            }
+        };
+        let _ = write!(
+            out,
+            "refused here: {}  by the provider: {}",
+            by("rejected_locally"),
+            by("admitted_then_provider_rejected")
+        );
+        let _ = writeln!(out, "  retry amplification {:.2}", amplification.unwrap_or(1.0));
+    }
     let name_width = s.scopes.iter().map(|sc| sc.path.len()).max().unwrap_or(5).max(5);
     let _ = writeln!(
         out,

@@ -10,7 +10,7 @@ use llmgov::{Config, Governor, ManualClock, Request};
 use serde_json::json;
 
 /// A governor with a provider scope at half its tokens, AIMD applied, and
-/// a tenant; its snapshot and queues as an application would serve them.
+/// a tenant; its metrics as an application would serve them.
 fn exposed() -> String {
     let config = json!({"adaptive": {"decrease": 0.5}, "scopes": {
         "openai/org": {"provider": true, "limits": [{"dimension": "tokens", "amount": 10000, "window": "1m"}]},
@@ -22,7 +22,7 @@ fn exposed() -> String {
     let body = br#"{"error":{"type":"tokens","code":"rate_limit_exceeded"}}"#;
     let feedback = llmgov::classify_response(429, &[("retry-after", "0")], body, llmgov::ProviderHint::OpenAi, 0);
     gov.report_classified(&permit, &feedback).unwrap();
-    json!({"snapshot": gov.snapshot(), "queues": gov.queue_metrics()}).to_string()
+    serde_json::to_string(&gov.metrics()).unwrap()
 }
 
 fn top(source: &str) -> std::process::Output {
@@ -38,6 +38,8 @@ fn draws_each_limit_with_its_effective_amount_and_the_counters() {
     let text = String::from_utf8(output.stdout).unwrap();
     println!("{text}");
     assert!(text.contains("admitted 1") && text.contains("provider 429s 1"), "{text}");
+    // No request has succeeded yet: amplification is 1.0 until one does.
+    assert!(text.contains("refused here: none  by the provider: tokens 1  retry amplification 1.00"), "{text}");
     let tokens = text.lines().find(|l| l.starts_with("openai/org")).unwrap();
     assert!(
         tokens.contains("5000 / 5000") && tokens.contains("100%") && tokens.contains("(configured 10000)"),
@@ -48,6 +50,20 @@ fn draws_each_limit_with_its_effective_amount_and_the_counters() {
     let slots = text.lines().find(|l| l.starts_with("tenants/acme")).unwrap();
     assert!(slots.contains("1 / 4") && slots.contains(" 25%") && slots.contains("  1  ▒▒▒▒▒▒░"), "{slots}");
     assert!(text.contains("queues: none"), "{text}");
+}
+
+#[test]
+fn reads_a_bare_snapshot_too() {
+    let path = std::env::temp_dir().join(format!("llmgov-top-bare-{}.json", std::process::id()));
+    let metrics: serde_json::Value = serde_json::from_str(&exposed()).unwrap();
+    std::fs::write(&path, metrics["snapshot"].to_string()).unwrap();
+    let output = top(path.to_str().unwrap());
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        text.contains("openai/org") && !text.contains("queues:") && !text.contains("retry amplification"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock};
 use serde::Serialize;
 
 use crate::feedback::{Classification, LimitDimension, LimitKind};
+use crate::metrics::RefusalCount;
 use crate::{Error, Result};
 
 /// Something a governor did or learned that an application may want to see.
@@ -112,12 +113,19 @@ impl RefusalTally {
         }
     }
 
-    /// `(dimension, gateway_decision, count)` for every pair.
-    pub fn counts(&self) -> Vec<(&'static str, &'static str, u64)> {
+    /// The count of every (dimension, gateway_decision) pair.
+    pub fn counts(&self) -> Vec<RefusalCount> {
         let local = LOCAL_DIMENSIONS.iter().zip(&self.local).map(|(d, n)| (*d, "rejected_locally", n));
         let provider = PROVIDER_DIMENSIONS.iter().map(|d| d.as_str()).zip(&self.provider);
         let provider = provider.map(|(d, n)| (d, "admitted_then_provider_rejected", n));
-        local.chain(provider).map(|(d, decision, n)| (d, decision, n.load(Ordering::Relaxed))).collect()
+        local
+            .chain(provider)
+            .map(|(dimension, gateway_decision, n)| RefusalCount {
+                dimension,
+                gateway_decision,
+                count: n.load(Ordering::Relaxed),
+            })
+            .collect()
     }
 }
 

@@ -10,7 +10,7 @@ use crate::ledger::permit::ClassId;
 use crate::ledger::Ledger;
 use crate::scheduler::{Acquire, QueueMetrics, Waiting};
 use crate::tokens::{Accuracy, ErrorSummary, OutputModel, Side};
-use crate::{Config, Permit, Request, Result, Route, ScopeId, ScopeSnapshot, Snapshot, Usage};
+use crate::{Config, EstimateError, Metrics, Permit, Request, Result, Route, ScopeId, ScopeSnapshot, Snapshot, Usage};
 
 /// A rate-limit governor: reserve before a request leaves, reconcile after.
 ///
@@ -414,20 +414,35 @@ impl Governor {
     }
 
     /// Every limit, counter, breaker and queue now, in the Prometheus text
-    /// format (OpenMetrics), for an application's `/metrics` endpoint.
+    /// format (OpenMetrics), for an application's `/metrics` endpoint: the
+    /// [`Self::metrics`] in another form.
     pub fn prometheus(&self) -> String {
-        let mut estimates = Vec::new();
+        crate::prometheus::exposition(&self.metrics())
+    }
+
+    /// Everything observable now in one value, serializable as JSON: the
+    /// snapshot, the queues, refusals by dimension and by who refused,
+    /// estimate errors and retry amplification. `llmgov top` reads its JSON.
+    pub fn metrics(&self) -> Metrics {
+        let mut estimate_errors = Vec::new();
         for route in self.learning.accuracy.routes() {
             let Ok(scopes) = self.ledger.route_scopes(route) else { continue };
-            let paths: Vec<&str> = scopes.iter().filter_map(|&id| self.ledger.scope_path(id).ok()).collect();
+            let paths: Vec<String> =
+                scopes.iter().filter_map(|&id| self.ledger.scope_path(id).ok()).map(str::to_owned).collect();
             for (side, name) in [(Side::Input, "input"), (Side::Output, "output")] {
-                if let Some(summary) = self.learning.accuracy.summary(route, side) {
-                    estimates.push((paths.join(","), name, summary));
+                if let Some(error) = self.learning.accuracy.summary(route, side) {
+                    estimate_errors.push(EstimateError { scopes: paths.clone(), side: name, error });
                 }
             }
         }
-        let observed = crate::prometheus::Observed { refusals: self.events.tally.counts(), estimates };
-        crate::prometheus::exposition(&self.snapshot(), &self.queue_metrics(), &observed)
+        let snapshot = self.snapshot();
+        Metrics {
+            retry_amplification: Metrics::amplification(&snapshot),
+            snapshot,
+            queues: self.queue_metrics(),
+            refusals: self.events.tally.counts(),
+            estimate_errors,
+        }
     }
 
     /// Every scope and counter now.

@@ -1,7 +1,7 @@
 //! Prometheus text exposition of a governor's state, built with the
-//! `prometheus-client` crate from a [`Snapshot`] and the queues'
-//! [`QueueMetrics`]: a pure function of what they say, so an application
-//! serves it from whatever HTTP server it already runs.
+//! `prometheus-client` crate from its [`Metrics`]: a pure function of what
+//! they say, so an application serves it from whatever HTTP server it
+//! already runs.
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
@@ -11,17 +11,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::metrics::Metrics;
 use crate::scheduler::{QueueMetrics, WaitHistogram};
-use crate::tokens::ErrorSummary;
-use crate::{LimitSnapshot, Snapshot};
-
-/// What the governor observed beyond the snapshot and the queues.
-pub(crate) struct Observed {
-    /// `(dimension, gateway_decision, count)`.
-    pub refusals: Vec<(&'static str, &'static str, u64)>,
-    /// `(route's scopes, side, relative error)` per provider route.
-    pub estimates: Vec<(String, &'static str, ErrorSummary)>,
-}
+use crate::LimitSnapshot;
 
 /// Labels of one limit of one scope.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -220,11 +212,14 @@ fn queues(registry: &mut Registry, metrics: &QueueMetrics) {
 }
 
 /// Refusals by dimension and side, estimate errors, and retry amplification.
-fn observed(registry: &mut Registry, observed: &Observed, snapshot: &Snapshot) {
+fn observed(registry: &mut Registry, metrics: &Metrics) {
     let refusals = Family::<DecisionLabels, Counter>::default();
-    for &(dimension, decision, count) in &observed.refusals {
-        let labels = DecisionLabels { dimension: dimension.to_owned(), gateway_decision: decision.to_owned() };
-        refusals.get_or_create(&labels).inc_by(count);
+    for refusal in &metrics.refusals {
+        let labels = DecisionLabels {
+            dimension: refusal.dimension.to_owned(),
+            gateway_decision: refusal.gateway_decision.to_owned(),
+        };
+        refusals.get_or_create(&labels).inc_by(refusal.count);
     }
     registry.register(
         "llmgov_refusals",
@@ -234,15 +229,13 @@ fn observed(registry: &mut Registry, observed: &Observed, snapshot: &Snapshot) {
     );
     let errors = Family::<QuantileLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
     let samples = Family::<EstimateLabels, Counter>::default();
-    for (route, side, summary) in &observed.estimates {
+    for estimate in &metrics.estimate_errors {
+        let (route, side, summary) = (estimate.scopes.join(","), estimate.side, &estimate.error);
         for (quantile, value) in [("0.05", summary.p05), ("0.5", summary.p50), ("0.95", summary.p95)] {
-            let labels =
-                QuantileLabels { route: route.clone(), side: (*side).to_owned(), quantile: quantile.to_owned() };
+            let labels = QuantileLabels { route: route.clone(), side: side.to_owned(), quantile: quantile.to_owned() };
             errors.get_or_create(&labels).set(value);
         }
-        samples
-            .get_or_create(&EstimateLabels { route: route.clone(), side: (*side).to_owned() })
-            .inc_by(summary.samples);
+        samples.get_or_create(&EstimateLabels { route, side: side.to_owned() }).inc_by(summary.samples);
     }
     registry.register(
         "llmgov_estimate_error",
@@ -250,10 +243,8 @@ fn observed(registry: &mut Registry, observed: &Observed, snapshot: &Snapshot) {
         errors,
     );
     registry.register("llmgov_estimate_samples", "Settled requests the estimate error is drawn from", samples);
-    let successes = snapshot.admitted.saturating_sub(snapshot.admitted_then_provider_rejected);
-    let amplification = if successes == 0 { 1.0 } else { snapshot.admitted as f64 / successes as f64 };
     let gauge = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-    gauge.set(amplification);
+    gauge.set(metrics.retry_amplification);
     registry.register(
         "llmgov_retry_amplification",
         "Requests sent per request the provider did not refuse: admitted ÷ (admitted − provider rejections)",
@@ -263,7 +254,8 @@ fn observed(registry: &mut Registry, observed: &Observed, snapshot: &Snapshot) {
 
 /// The governor's state in the Prometheus text format (OpenMetrics, ending
 /// in `# EOF`).
-pub(crate) fn exposition(snapshot: &Snapshot, queue_metrics: &QueueMetrics, seen: &Observed) -> String {
+pub(crate) fn exposition(metrics: &Metrics) -> String {
+    let snapshot = &metrics.snapshot;
     let mut registry = Registry::default();
     let limits = Limits::default();
     let breakers = Family::<ScopeLabels, Gauge>::default();
@@ -292,8 +284,8 @@ pub(crate) fn exposition(snapshot: &Snapshot, queue_metrics: &QueueMetrics, seen
     for (name, help, value) in counts {
         counter(&mut registry, name, help, value);
     }
-    queues(&mut registry, queue_metrics);
-    observed(&mut registry, seen, snapshot);
+    queues(&mut registry, &metrics.queues);
+    observed(&mut registry, metrics);
     let mut text = String::new();
     encode(&mut text, &registry).expect("writing to a String cannot fail");
     text

@@ -69,6 +69,56 @@ fn limits_counters_breakers_and_queues_are_exposed() {
     let input = r#"route="openai/org",side="input""#;
     assert_eq!(value(&text, &format!(r#"llmgov_estimate_error{{{input},quantile="0.5"}}"#)), 0.0);
     assert_eq!(value(&text, &format!("llmgov_estimate_samples_total{{{input}}}")), 1.0);
+
+    // The same figures, as JSON, from `metrics()`.
+    let metrics = serde_json::to_value(gov.metrics()).unwrap();
+    assert_eq!(metrics["retry_amplification"], 2.0);
+    assert_eq!(metrics["snapshot"]["admitted"], 2);
+    assert!(metrics["queues"]["classes"].is_array(), "{metrics}");
+    let refusals = metrics["refusals"].as_array().unwrap();
+    let count = |dimension: &str, decision: &str| {
+        refusals.iter().find(|r| r["dimension"] == dimension && r["gateway_decision"] == decision).unwrap()["count"]
+            .clone()
+    };
+    assert_eq!(count("concurrency", "rejected_locally"), 1);
+    assert_eq!(count("tokens", "admitted_then_provider_rejected"), 1);
+    assert_eq!(count("requests", "rejected_locally"), 0);
+    let input = metrics["estimate_errors"].as_array().unwrap().iter().find(|e| e["side"] == "input").unwrap();
+    assert_eq!(input["scopes"], json!(["openai/org"]));
+    assert_eq!((input["samples"].clone(), input["p50"].clone()), (json!(1), json!(0.0)));
+}
+
+#[test]
+fn queue_depth_oldest_waiter_and_expiries_are_exposed() {
+    let config = json!({
+        "permit_ttl": "1m",
+        "scopes": {"p": {"limits": [{"dimension": "requests", "amount": 1, "window": "1m"}]}},
+    });
+    let clock = Arc::new(ManualClock::new(0));
+    let gov = Governor::with_clock(&Config::from_value(config).unwrap(), clock.clone()).unwrap();
+    let route = gov.route(&["p"]).unwrap();
+    let request = Request::new(route);
+    // Held past its TTL: it expires unsettled.
+    let _forgotten = gov.try_acquire(&request).unwrap();
+    let mut waiter = gov.acquire(&request);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(std::pin::Pin::new(&mut waiter).poll(&mut context).is_pending(), "it queues");
+    clock.advance(Duration::from_millis(1500));
+
+    let text = gov.prometheus();
+    assert_eq!(value(&text, r#"llmgov_queue_depth{class=""}"#), 1.0);
+    assert_eq!(value(&text, r#"llmgov_queue_oldest_wait_seconds{class=""}"#), 1.5);
+    assert_eq!(value(&text, "llmgov_expired_permits_total"), 0.0, "not yet");
+
+    // Past the window the waiter passes; past the TTL the first expires.
+    clock.advance(Duration::from_secs(120));
+    gov.wake_waiters();
+    assert!(std::pin::Pin::new(&mut waiter).poll(&mut context).is_ready());
+    let text = gov.prometheus();
+    assert_eq!(value(&text, r#"llmgov_queue_depth{class=""}"#), 0.0);
+    assert_eq!(value(&text, r#"llmgov_queue_oldest_wait_seconds{class=""}"#), 0.0);
+    assert_eq!(value(&text, "llmgov_expired_permits_total"), 1.0);
+    assert_eq!(gov.metrics().snapshot.expired_permits, 1);
 }
 
 #[test]
