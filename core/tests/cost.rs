@@ -234,3 +234,41 @@ fn concurrent_requests_never_overspend_a_budget() {
     assert_eq!(cost_limit(&gov, "tenants/acme").1, spent, "the budget holds exactly the settled costs");
     assert!(admitted > 66, "{admitted}");
 }
+
+/// Eight threads spend one budget at once, and some requests use more
+/// output than they reserved: a settle debits the overage at once, so the
+/// budget is overspent by no more than the overages of the requests in
+/// flight when it ran out (one per thread), and nothing passes after.
+#[test]
+fn concurrent_overages_overspend_by_at_most_the_requests_then_in_flight() {
+    const THREADS: u64 = 8;
+    // 1k input + 500 max output reserves 0.0075; 600..900 output is 1000..4000 over.
+    const MOST_OVER: u64 = 4_000;
+    let gov = Arc::new(routed(0.5, json!({})));
+    let route = gov.route(&["tenants/acme", "openai/gpt-4o"]).unwrap();
+    let spent = Arc::new(AtomicU64::new(0));
+    let start = Arc::new(Barrier::new(THREADS as usize));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (gov, spent, start) = (gov.clone(), spent.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                for i in 0..2_000u64 {
+                    let request = Request::new(route).input_tokens(1_000).max_output_tokens(500);
+                    let Ok(mut permit) = gov.try_acquire(&request) else { continue };
+                    // One request in three runs over its reservation.
+                    let output = if (t + i) % 3 == 0 { 600 + (t * 31 + i * 17) % 301 } else { 100 + i % 401 };
+                    gov.settle(&mut permit, Usage::new(1_000, output)).unwrap();
+                    spent.fetch_add(2_500 + output * 10, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    workers.into_iter().for_each(|w| w.join().unwrap());
+    let spent = spent.load(Ordering::Relaxed);
+    assert!(spent <= 500_000 + THREADS * MOST_OVER, "spent {spent} millionths of a 500000 budget");
+    assert!(spent > 500_000 - 7_500 - 7 * 4_000, "refused while an estimate still fitted: spent {spent}");
+    assert_eq!(cost_limit(&gov, "tenants/acme").1, spent, "the budget holds exactly the settled costs");
+    let refused = gov.try_acquire(&Request::new(route).input_tokens(1_000).max_output_tokens(500)).unwrap_err();
+    assert!(matches!(refused, Error::RateLimited { dimension: Dimension::Cost, .. }), "{refused:?}");
+}
