@@ -393,6 +393,7 @@ impl Governor {
                 events: self.events.clone(),
                 class: name.into(),
                 answered: false,
+                span: tracing::debug_span!("llmgov.wait", class = name, outcome = tracing::field::Empty),
             })),
         }
     }

@@ -175,16 +175,46 @@ impl Governor {
     }
 
     /// [`Self::try_acquire_profile`], counting and telling of no refusal; a
-    /// refusal comes with the deployment to wait for, if any may be.
+    /// refusal comes with the deployment to wait for, if any may be. Traced
+    /// as `llmgov.route`, with the deployment chosen or the refusal.
     fn route_request(
         &self,
         profile: &ProfileRoute,
         request: &Request,
     ) -> std::result::Result<Routed, (Error, Option<Box<WaitTarget>>)> {
-        let class = self.class_name(request.class).to_owned();
+        let class = self.class_name(request.class);
+        let span = tracing::debug_span!(
+            "llmgov.route",
+            profile = &*profile.chain[0].profile,
+            class,
+            deployment = tracing::field::Empty,
+            fell_back = tracing::field::Empty,
+            degraded = tracing::field::Empty,
+            refused = tracing::field::Empty,
+        );
+        let _entered = span.enter();
+        let routed = self.route_in_chain(profile, request, class);
+        match &routed {
+            Ok(r) => {
+                span.record("deployment", &*r.deployment);
+                span.record("fell_back", r.fell_back);
+                span.record("degraded", r.degraded)
+            }
+            Err((error, _)) => span.record("refused", error.code()),
+        };
+        routed
+    }
+
+    /// The chain of `profile` tried in order, as far as `class` may go.
+    fn route_in_chain(
+        &self,
+        profile: &ProfileRoute,
+        request: &Request,
+        class: &str,
+    ) -> std::result::Result<Routed, (Error, Option<Box<WaitTarget>>)> {
         let (mut first_refusal, mut wait) = (None, None);
         for (depth, link) in profile.chain.iter().enumerate() {
-            let may_leave = !link.no_fallback.contains(&class);
+            let may_leave = !link.no_fallback.iter().any(|c| c == class);
             let refusal = match self.try_link(link, request, may_leave) {
                 Ok((deployment, permit)) => {
                     let profile = link.profile.clone();

@@ -43,6 +43,9 @@ pub(crate) struct Guard {
     /// The request's traffic class, for the event.
     pub class: Arc<str>,
     pub answered: bool,
+    /// `llmgov.wait`: open for as long as the request waits, so a tracing
+    /// subscriber sees each wait's length; `outcome` says how it ended.
+    pub span: tracing::Span,
 }
 
 impl Guard {
@@ -54,8 +57,14 @@ impl Guard {
 
     fn answer(&mut self, outcome: Result<Permit>) -> Result<Permit> {
         self.answered = true;
-        if let Err(error) = &outcome {
-            self.events.denied(error, &self.class);
+        match &outcome {
+            Ok(_) => {
+                self.span.record("outcome", "admitted");
+            }
+            Err(error) => {
+                self.span.record("outcome", error.code());
+                self.events.denied(error, &self.class);
+            }
         }
         outcome
     }
@@ -64,6 +73,7 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         if !self.answered {
+            self.span.record("outcome", "withdrawn");
             self.waiting.leave(self.id, &self.slot, &self.ledger, &*self.clock);
         }
     }
