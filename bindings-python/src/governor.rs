@@ -461,6 +461,15 @@ impl PyGovernor {
         to_python(py, &self.gov.snapshot())
     }
 
+    /// Everything observable now, in one dict: `snapshot` (as `snapshot()`),
+    /// `queues` (as `queue_metrics()`), `refusals` (per dimension and
+    /// `gateway_decision`), `estimate_errors` (per provider route and side)
+    /// and `retry_amplification`. `prometheus()` is drawn from the same
+    /// value, and `json.dumps` of it is what `llmgov top FILE` reads.
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_python(py, &self.gov.metrics())
+    }
+
     fn __repr__(&self) -> String {
         let clock = if self.manual.is_some() { "manual" } else { "monotonic" };
         format!("Governor(clock={clock:?}, scopes={})", self.gov.snapshot().scopes.len())

@@ -248,6 +248,23 @@ def test_cancel_gives_everything_back_and_never_fits_is_said_at_once() -> None:
     assert tenants, "the local scopes stay in the process's snapshot"
 
 
+def test_metrics_are_the_local_engines() -> None:
+    # No Redis needed: the route is local only, so Redis is never asked.
+    text = config(closed_port_url(), fresh_prefix("metrics")).replace('amount = 1000, window = "1m"', 'amount = 1, window = "1m"')
+    gov = RedisGovernor.from_toml(text, clock="manual")
+    gov.try_acquire("tenants/acme", input_tokens=10).settle()
+    with pytest.raises(llmgov.RateLimited) as refused:
+        gov.try_acquire("tenants/acme", input_tokens=10)
+    assert (refused.value.scope, refused.value.dimension) == ("tenants/acme", "requests")
+    metrics = gov.metrics()
+    assert metrics["snapshot"] == gov.snapshot()
+    assert [s["path"] for s in metrics["snapshot"]["scopes"]] == ["tenants/acme"], "the shared scope is Redis's"
+    assert (metrics["snapshot"]["admitted"], metrics["snapshot"]["rate_limited"]) == (1, 1)
+    (local,) = [r for r in metrics["refusals"] if (r["dimension"], r["gateway_decision"]) == ("requests", "rejected_locally")]
+    assert local["count"] == 1
+    assert metrics["retry_amplification"] == 1.0 and metrics["queues"]["depth"] == 0
+
+
 def test_the_module_quick_start_runs() -> None:
     redis_url()
     import llmgov.redis

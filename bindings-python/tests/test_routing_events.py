@@ -1,9 +1,8 @@
 """Issue 11 from Python, on the manual clock: acquiring by model profile
 (the roomiest deployment, failover, open breakers skipped, fallback only
-where the class may), cost budgets, the Prometheus text read back with
-prometheus_client's own parser, and the event hook (denials and breaker
-changes as dicts, from any thread; a hook that raises never harms the
-governor)."""
+where the class may) and the event hook (denials and breaker changes as
+dicts, from any thread; a hook that raises never harms the governor). Cost
+budgets are in test_cost.py, metrics and Prometheus in test_metrics.py."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ import threading
 from typing import Any, Dict, List
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 import llmgov
 
@@ -106,119 +104,6 @@ def test_profile_bad_input_gets_the_named_exception(gov: llmgov.Governor) -> Non
     with pytest.raises(llmgov.InvalidRequest) as extra:
         gov.try_acquire_profile("gpt-4o", route="x")
     assert extra.value.field == "route"
-
-
-def test_a_cost_budget_refuses_with_dimension_cost() -> None:
-    gov = llmgov.Governor.from_dict(
-        {
-            "pricing": {"gpt-4o": {"input": 2.5, "cached_input": 1.25, "output": 10.0}},
-            "scopes": {
-                "openai/gpt-4o": {"pricing": "gpt-4o", "limits": [{"dimension": "requests", "amount": 1000, "window": "1m"}]},
-                # 0.05 a day, counted in millionths: 50000.
-                "tenants/*": {"limits": [{"dimension": "cost", "budget": 0.05, "window": "1d"}]},
-            },
-        },
-        clock="manual",
-    )
-    route = ["tenants/acme", "openai/gpt-4o"]
-    permit = gov.try_acquire(route, 4000, 1000)  # 10000 + 10000 millionths reserved
-    permit.settle(4000, 200)  # 10000 + 2000 charged
-    gov.try_acquire(route, 10000, 1000)  # 25000 + 10000 more: 47000 of 50000
-    with pytest.raises(llmgov.RateLimited) as refused:
-        gov.try_acquire(route, 1000, 200)  # 2500 + 2000 more would be 51500
-    assert (refused.value.scope, refused.value.dimension) == ("tenants/acme", "cost")
-    with pytest.raises(llmgov.NeverFits) as never:
-        gov.try_acquire(["tenants/beta", "openai/gpt-4o"], 30000)
-    assert never.value.dimension == "cost"
-
-
-def test_budget_thresholds_degrade_to_the_cheaper_profile_then_refuse() -> None:
-    requests = [{"dimension": "requests", "amount": 10000, "window": "1m"}]
-    gov = llmgov.Governor.from_dict(
-        {
-            "pricing": {"gpt-4o": {"input": 2.5, "output": 10.0}, "mini": {"input": 0.15, "output": 0.6}},
-            "scopes": {
-                "openai/gpt-4o": {"provider": True, "pricing": "gpt-4o", "limits": requests},
-                "openai/mini": {"provider": True, "pricing": "mini", "limits": requests},
-                "tenants/*": {"limits": [{"dimension": "cost", "budget": 1.0, "window": "1d"}]},
-            },
-            "profiles": {
-                "gpt-4o": {
-                    "deployments": ["openai/gpt-4o"],
-                    "budget": {"degrade_at": 0.6, "degrade_to": "mini", "refuse_at": 0.85},
-                    "fallback_allowed": {"eval": False},
-                },
-                "mini": {"deployments": ["openai/mini"]},
-            },
-        },
-        clock="manual",
-    )
-    profile = gov.profile("gpt-4o", "tenants/acme")
-    for _ in range(3):  # 0.25 each on gpt-4o
-        assert gov.try_acquire_profile(profile, 100_000).profile == "gpt-4o"
-    cheap = gov.try_acquire_profile(profile, 100_000)  # 75% spent: past 0.6
-    assert (cheap.profile, cheap.deployment, cheap.degraded, cheap.fell_back) == ("mini", "openai/mini", True, False)
-    with pytest.raises(llmgov.RateLimited) as kept:  # a class that may not leave its profile
-        gov.try_acquire_profile(profile, 100_000, klass="eval")
-    assert (kept.value.scope, kept.value.dimension) == ("tenants/acme", "cost")
-    for _ in range(6):  # 0.015 each on mini, up to 85.5%
-        gov.try_acquire_profile(profile, 100_000)
-    with pytest.raises(llmgov.RateLimited) as refused:
-        gov.try_acquire_profile(profile, 100_000)
-    assert refused.value.dimension == "cost" and refused.value.retry_after > 24 * 3600
-
-
-# --- Prometheus ---------------------------------------------------------------
-
-
-def samples(text: str) -> Dict[str, List[Any]]:
-    """Every sample of the exposition, by sample name, parsed by prometheus_client."""
-    found: Dict[str, List[Any]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            found.setdefault(sample.name, []).append(sample)
-    return found
-
-
-def test_prometheus_text_parses_with_the_real_parser() -> None:
-    gov = llmgov.Governor.from_dict(
-        {
-            "scopes": {
-                "openai/org": {"provider": True, "limits": limits(500, 30000)},
-                "tenants/*": {"limits": [{"dimension": "concurrency", "amount": 2}]},
-            }
-        },
-        clock="manual",
-    )
-    route = ["tenants/acme", "openai/org"]
-    permit = gov.try_acquire(route, 6000)
-    held = gov.try_acquire(route, 100)
-    with pytest.raises(llmgov.RateLimited):
-        gov.try_acquire(route)  # two in flight at most
-    permit.settle(6000, 0)
-
-    parsed = samples(gov.prometheus())
-
-    def value(name: str, **labels: str) -> float:
-        matching = [s.value for s in parsed[name] if all(s.labels.get(k) == v for k, v in labels.items())]
-        assert len(matching) == 1, (name, labels, parsed.get(name))
-        return float(matching[0])
-
-    tokens = {"scope": "openai/org", "dimension": "tokens", "window_ms": "60000"}
-    assert value("llmgov_limit", **tokens) == 30000
-    assert value("llmgov_limit_effective", **tokens) == 30000, "no AIMD without 429s"
-    assert value("llmgov_in_use", **tokens) == 6100
-    assert value("llmgov_reserved", **tokens) == 100, "the held permit"
-    assert value("llmgov_used", **tokens) == 6000, "the settled one"
-    assert value("llmgov_utilisation", scope="tenants/acme", dimension="concurrency", window_ms="none") == 0.5
-    assert value("llmgov_admitted_total") == 2
-    assert value("llmgov_rate_limited_total") == 1
-    assert value("llmgov_refusals_total", dimension="concurrency", gateway_decision="rejected_locally") == 1
-    assert value("llmgov_breaker", scope="openai/org", state="closed") == 1
-    held.cancel()
-    after = samples(gov.prometheus())
-    in_use = [s.value for s in after["llmgov_in_use"] if s.labels == tokens]
-    assert in_use == [6000], "the cancelled 100 came back"
 
 
 # --- the event hook -------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 import os
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, final
+from typing import Any, Awaitable, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, TypedDict, Union, final
 
 
 __all__ = [
@@ -46,6 +46,32 @@ _Paths = Union[str, Sequence[str], "Route"]
 _Headers = Union[Mapping[str, str], Mapping[bytes, bytes], Sequence[Tuple[Union[str, bytes], Union[str, bytes]]], Any]
 _Body = Union[bytes, bytearray, str, None]
 _Clock = Literal["monotonic", "manual"]
+
+class _RefusalCount(TypedDict):
+    """Refusals naming one dimension, by one party."""
+
+    dimension: str
+    gateway_decision: Literal["rejected_locally", "admitted_then_provider_rejected"]
+    count: int
+
+class _EstimateError(TypedDict):
+    """Quantiles of actual / estimated - 1 for one provider route and side."""
+
+    scopes: List[str]
+    side: Literal["input", "output"]
+    samples: int
+    p05: float
+    p50: float
+    p95: float
+
+class _Metrics(TypedDict):
+    """Everything a governor exposes at one moment (`Governor.metrics()`)."""
+
+    snapshot: Dict[str, Any]
+    queues: Dict[str, Any]
+    refusals: List[_RefusalCount]
+    estimate_errors: List[_EstimateError]
+    retry_amplification: float
 
 class Error(Exception):
     """Base of every llmgov error; `code` is the stable error code."""
@@ -345,6 +371,7 @@ class Governor:
     ) -> Permit: ...
     def set_event_hook(self, hook: Optional[Callable[[Dict[str, Any]], Any]]) -> None: ...
     def prometheus(self) -> str: ...
+    def metrics(self) -> _Metrics: ...
     def queue_metrics(self) -> Dict[str, Any]: ...
     def snapshot(self) -> Dict[str, Any]: ...
 
@@ -499,3 +526,4 @@ class RedisGovernor:
     def heartbeat(self) -> None: ...
     def return_leases(self) -> None: ...
     def snapshot(self) -> Dict[str, Any]: ...
+    def metrics(self) -> _Metrics: ...

@@ -180,6 +180,13 @@ impl PyRedisGovernor {
         to_python(py, &self.gov.local().snapshot())
     }
 
+    /// The local engine's metrics, as `Governor.metrics()`: the scopes not
+    /// shared (as `snapshot()`), their queues, refusals and estimate errors.
+    /// Refusals by shared scopes are Redis's and are not counted here.
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_python(py, &self.gov.local().metrics())
+    }
+
     fn __repr__(&self) -> String {
         let settings = self.gov.settings();
         let clock = if self.manual.is_some() { "manual" } else { "monotonic" };
