@@ -14,13 +14,17 @@ from typing import Any, Dict, List, Mapping, Tuple
 
 import pytest
 from conftest import mock_server_binary
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 import llmgov
 
 
 class Exposition:
-    """A Prometheus text exposition as prometheus_client parses it."""
+    """A Prometheus text exposition as prometheus_client parses it. The core
+    writes OpenMetrics text (counters' samples end in `_total`, the text in
+    `# EOF`), so its OpenMetrics parser reads it: it is strict, and files
+    each sample under its family (the classic text parser would file a
+    counter's `_total` samples under a family of unknown type)."""
 
     def __init__(self, text: str) -> None:
         assert text.rstrip().endswith("# EOF"), text
@@ -36,6 +40,17 @@ class Exposition:
         matching = [s.value for s in self.samples.get(name, []) if all(s.labels.get(k) == v for k, v in labels.items())]
         assert len(matching) == 1, (name, labels, self.samples.get(name))
         return float(matching[0])
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def assert_listed_in_the_readme(exposed: Exposition) -> None:
+    """Every family exposed is in the README's table, as its samples are named."""
+    table = README.read_text().split("### Prometheus families", 1)[1].split("\n## ", 1)[0]
+    for family, kind in exposed.types.items():
+        name = f"{family}_total" if kind == "counter" else family
+        assert f"`{name}`" in table, f"{name} ({kind}) is missing from the README's Prometheus families"
 
 
 def limit_of(metrics: Mapping[str, Any], scope: str, dimension: str, window_ms: Any) -> Dict[str, Any]:
@@ -114,6 +129,7 @@ def test_limits_after_aimd_reserved_and_used_parse_with_the_real_parser() -> Non
     assert exposed.value("llmgov_rate_limited_total") == 1
     assert exposed.value("llmgov_provider_rejected_total") == 1
     assert exposed.value("llmgov_breaker", scope="openai/org", state="closed") == 1
+    assert_listed_in_the_readme(exposed)
 
     # The same figures in metrics(), whose snapshot is snapshot()'s.
     metrics = gov.metrics()
@@ -254,6 +270,8 @@ async def test_the_wait_histogram_and_borrowed_capacity_per_class() -> None:
     assert exposed.value("llmgov_queue_wait_seconds_count", **{"class": ""}) == 2
     assert exposed.value("llmgov_queue_wait_seconds_sum", **{"class": ""}) == 3.0
     assert exposed.value("llmgov_queue_borrowed_tokens_total", **{"class": ""}) == 100, "the second one's"
+    assert exposed.value("llmgov_queue_refused_total", reason="queue_full", **{"class": ""}) == 0
+    assert_listed_in_the_readme(exposed)
 
     (default,) = gov.metrics()["queues"]["classes"]
     assert (default["admitted"], default["borrowed_tokens"], default["longest_admitted_wait_ms"]) == (2, 100, 2000)
@@ -295,3 +313,23 @@ def test_llmgov_top_draws_the_json_of_metrics(tmp_path: Path) -> None:
     bare = top(exposed)
     assert "22500 / 22500" in bare and "retry amplification" not in bare and "queues:" not in bare, bare
 
+
+def test_the_cost_and_metrics_example_runs_top_draws_it_and_it_is_in_the_readme(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import runpy
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the example writes its JSON
+    root = Path(__file__).resolve().parents[1]
+    runpy.run_path(str(root / "examples" / "cost_and_metrics.py"), run_name="__main__")
+    printed = capsys.readouterr().out
+    assert "refused on tenants/acme cost" in printed and "spent 0.047 of 0.05" in printed, printed
+    assert "refused [('cost', 'rejected_locally', 1)]" in printed and "retry amplification 1.0" in printed, printed
+    assert 'llmgov_in_use{scope="tenants/acme",dimension="cost",window_ms="86400000"} 47000' in printed, printed
+    drawn = top(tmp_path / "llmgov-metrics.json")
+    (tenant,) = [line for line in drawn.splitlines() if line.startswith("tenants/acme")]
+    assert "47000 / 50000" in tenant and " 94%" in tenant, tenant
+    assert "refused here: cost 1  by the provider: none" in drawn, drawn
+    example = (root / "examples" / "cost_and_metrics.py").read_text().split('"""', 2)[2].lstrip("\n")
+    assert example in (root / "README.md").read_text()
