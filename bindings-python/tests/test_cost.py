@@ -178,7 +178,6 @@ def test_threads_spending_one_budget_overspend_by_at_most_the_overages_in_flight
     # A refusal left less than one estimate free, plus what the other
     # threads' permits then in flight gave back (4000 at most each).
     assert spent > BUDGET - ESTIMATE - (THREADS - 1) * 4_000, f"refused while an estimate still fitted: {spent}"
-    assert len(charged) > 60, len(charged)
     assert not overspent_then_admitted, "admitted after the budget was spent"
     with pytest.raises(llmgov.RateLimited) as refused:
         gov.try_acquire(route, 1000, 500)
