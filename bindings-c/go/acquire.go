@@ -97,9 +97,28 @@ type ClassMetrics struct {
 	OldestWaitMs          uint64 `json:"oldest_wait_ms"`
 	MaxWaitMs             uint64 `json:"max_wait_ms"`
 	LongestAdmittedWaitMs uint64 `json:"longest_admitted_wait_ms"`
-	Admitted              uint64 `json:"admitted"`
-	Expired               uint64 `json:"expired"`
-	RefusedQueueFull      uint64 `json:"refused_queue_full"`
+	// Admitted counts waiters admitted; a request admitted at once while
+	// nobody waits never queues and is counted only in the snapshot.
+	Admitted uint64 `json:"admitted"`
+	// Expired counts waiters whose deadline passed while they waited.
+	Expired uint64 `json:"expired"`
+	// RefusedQueueFull counts requests refused at once: the queue was full.
+	RefusedQueueFull uint64 `json:"refused_queue_full"`
+	// RefusedDeadline counts requests refused at once: their predicted wait
+	// was past their deadline.
+	RefusedDeadline uint64 `json:"refused_deadline"`
+	// RefusedOther counts waiters refused because they can never be
+	// admitted (or another error).
+	RefusedOther uint64 `json:"refused_other"`
+	// Withdrawn counts waiters that left before an answer (a cancel).
+	Withdrawn uint64 `json:"withdrawn"`
+	// Tenants is the tenants (flows) with waiters now.
+	Tenants int `json:"tenants"`
+	// Wait is how long admitted waiters waited.
+	Wait WaitHistogram `json:"wait"`
+	// BorrowedTokens counts tokens admitted to flows with a guaranteed
+	// share beyond it, borrowed from capacity others left unused.
+	BorrowedTokens uint64 `json:"borrowed_tokens"`
 }
 
 // QueueMetrics is the waiting queues now.

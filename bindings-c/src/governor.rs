@@ -379,13 +379,46 @@ pub unsafe extern "C" fn llmgov_governor_queue_metrics_json(
     })
 }
 
+/// Everything observable now, in one JSON value (the Rust `Metrics`, which
+/// the Prometheus text is drawn from and `llmgov top` reads): `{"snapshot"`
+/// as in `llmgov_governor_snapshot_json`, `"queues"` as in
+/// `llmgov_governor_queue_metrics_json`, `"refusals": [{"dimension",
+/// "gateway_decision", "count"}]` (`gateway_decision` is `rejected_locally`
+/// or `admitted_then_provider_rejected`; every pair, zeros included),
+/// `"estimate_errors": [{"scopes", "side", "samples", "p05", "p50",
+/// "p95"}]` (per provider route and side, actual ÷ estimated − 1), and
+/// `"retry_amplification"` (admitted ÷ admitted the provider did not
+/// refuse)`}`. Write it to a file or serve it, and `llmgov top FILE_OR_URL`
+/// draws it.
+///
+/// # Ownership
+/// As `llmgov_governor_snapshot_json`.
+///
+/// # Safety
+/// As `llmgov_governor_snapshot_json`.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_governor_metrics_json(
+    governor: *const llmgov_governor,
+    out_json: *mut *mut c_char,
+) -> llmgov_result {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (gov, out) = unsafe { (args::reference(governor, "governor")?, Out::new(out_json, "out_json")?) };
+        write_json(out, &gov.governor.metrics())
+    })
+}
+
 /// Every limit, counter, breaker and queue now, in the Prometheus text
 /// format (OpenMetrics, ending in `# EOF`), for an application's `/metrics`
-/// endpoint: `llmgov_limit`, `llmgov_limit_effective`, `llmgov_in_use`,
+/// endpoint, drawn from `llmgov_governor_metrics_json`'s value:
+/// `llmgov_limit`, `llmgov_limit_effective`, `llmgov_in_use`,
 /// `llmgov_reserved`, `llmgov_used`, `llmgov_available`,
-/// `llmgov_utilisation` per scope, dimension and
-/// window; `llmgov_breaker` per provider scope; the admitted, refused and
-/// provider-rejected counters; the queues per traffic class.
+/// `llmgov_utilisation` per scope, dimension and window; `llmgov_breaker`
+/// per provider scope; the admitted, refused, expired and
+/// provider-rejected counters; `llmgov_refusals_total` by dimension and
+/// gateway_decision; the queues (depth, oldest waiter, wait histogram,
+/// borrowed tokens) per traffic class; `llmgov_estimate_error` per provider
+/// route and side; `llmgov_retry_amplification`.
 ///
 /// # Ownership
 /// On success `*out_text` is the caller's: free it with
