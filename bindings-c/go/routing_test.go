@@ -42,6 +42,18 @@ func TestProfileChoosesTheRoomiestDeploymentAndFailsOver(t *testing.T) {
 		t.Helper()
 		return must[*llmgov.Routed](t)(gov.TryAcquireProfile(profile, llmgov.Request{InputTokens: tokens}))
 	}
+	if first := ask(6000); first.Deployment != "openai/org/key-1" || first.FellBack {
+		t.Fatalf("all idle: want the first deployment, got %+v", first)
+	}
+	// The org pool is 40% free, so key-2 (same org) is too, and Azure,
+	// untouched and last in the list, has the most room.
+	for range 2 {
+		if next := ask(1000); next.Deployment != "azure/eastus" || next.FellBack {
+			t.Fatalf("want the roomiest, azure/eastus, got %+v", next)
+		}
+	}
+
+	gov, profile = routingGovernor(t)
 	first := ask(7000)
 	if first.Deployment != "openai/org/key-1" || first.Profile != "gpt-4o" || first.FellBack {
 		t.Fatalf("all idle: want the first deployment, got %+v", first)

@@ -79,7 +79,7 @@ static void the_roomiest_deployment_is_chosen(void) {
     CHECK_STR(routed.profile, "gpt-4o");
     CHECK_STR(routed.deployment, "openai/org/key-1"); /* all idle: the first */
     CHECK(!routed.fell_back);
-    /* The org pool is 60% free, so key-2 (same org) is too; Azure is not
+    /* The org pool is 40% free, so key-2 (same org) is too; Azure is not
      * touched. */
     CHECK_OK(ask(&f, &h, 1000, 0, &routed));
     CHECK_STR(routed.deployment, "azure/eastus");
