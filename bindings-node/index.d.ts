@@ -59,6 +59,17 @@ export declare class NativeGovernor {
    * format (OpenMetrics), for a `/metrics` endpoint.
    */
   prometheus(): string
+  /**
+   * Everything observable now in one object: the snapshot, the queues,
+   * refusals by dimension and by who refused, estimate errors and retry
+   * amplification.
+   */
+  metrics(): Metrics
+  /**
+   * The same as the core's JSON text (snake_case), unchanged: what
+   * `llmgov top` reads.
+   */
+  metricsJson(): string
   /** Every traffic class's waiting queue now. */
   queueMetrics(): QueueMetrics
   /**
@@ -233,8 +244,11 @@ export interface Classification {
 
 /** One traffic class's queue (counts since the governor was made). */
 export interface ClassMetrics {
-  /** The class's name (empty for the default class). */
-  klass: string
+  /**
+   * The class's name (empty for the default class). `class` in
+   * JavaScript, as in the core's JSON (a keyword only in Rust).
+   */
+  class: string
   /** Its priority. */
   priority: number
   /** Requests waiting now. */
@@ -261,10 +275,36 @@ export interface ClassMetrics {
   withdrawn: number
   /** Tenants with waiters now. */
   tenants: number
+  /** How long admitted waiters waited. */
+  wait: WaitHistogram
+  /**
+   * Tokens admitted to flows with a guaranteed share beyond it, borrowed
+   * from capacity others left unused.
+   */
+  borrowedTokens: number
 }
 
 /** Exact tokens of `text` in the encoding of `model` (gpt-4o's o200k by default). */
 export declare function countTokens(text: string, model?: string | undefined | null): number
+
+/**
+ * The estimate error of one provider route on one side: quantiles of
+ * actual ÷ estimated − 1 (0.25 is 25% under).
+ */
+export interface EstimateErrorSummary {
+  /** The route's scope paths, outermost first. */
+  scopes: Array<string>
+  /** `input` or `output`. */
+  side: string
+  /** Settled requests the quantiles are drawn from. */
+  samples: number
+  /** The 5th percentile. */
+  p05: number
+  /** The median: the estimate's bias. */
+  p50: number
+  /** The 95th percentile. */
+  p95: number
+}
 
 /** The fast character-class estimate of `text` (no BPE; about 6.5% median error). */
 export declare function estimateTokens(text: string): number
@@ -333,6 +373,29 @@ export interface LimitSnapshot {
   reservesOutput?: string
   /** Concurrency only: permits that expired holding a slot here. */
   expired?: number
+}
+
+/** A governor's whole observable state. */
+export interface Metrics {
+  /** Every scope, limit and counter (as `snapshot()`). */
+  snapshot: Snapshot
+  /** The waiting queues, per traffic class (as `queueMetrics()`). */
+  queues: QueueMetrics
+  /**
+   * Refused requests by the dimension named and by who refused, one
+   * entry per pair, zeros included.
+   */
+  refusals: Array<RefusalCount>
+  /**
+   * How far settled requests were from their estimates, per provider
+   * route and side.
+   */
+  estimateErrors: Array<EstimateErrorSummary>
+  /**
+   * Requests sent per request the provider did not refuse: admitted ÷
+   * (admitted − provider rejections); 1 before any success.
+   */
+  retryAmplification: number
 }
 
 /**
@@ -485,6 +548,23 @@ export interface QueueMetrics {
   classes: Array<ClassMetrics>
 }
 
+/** Refusals of one dimension by one party. */
+export interface RefusalCount {
+  /**
+   * The dimension the refusal named: a ledger dimension, or `none` for
+   * local refusals that name none (an open breaker, a full queue); for
+   * the provider's, also `daily_requests`, `daily_tokens`, or `unknown`.
+   */
+  dimension: string
+  /**
+   * `rejected_locally` (llmgov refused before sending) or
+   * `admitted_then_provider_rejected` (the provider refused after).
+   */
+  gatewayDecision: string
+  /** How many. */
+  count: number
+}
+
 /**
  * Registers the `Float64Array(8)` the hot-path functions read their
  * arguments from. Called once per thread by the package's entry point.
@@ -570,4 +650,22 @@ export interface WaitArgs {
   priority: number
   /** The longest to wait, in ms (capped by the class's maximum wait). */
   deadlineMs?: number
+}
+
+/**
+ * How long admitted waiters waited: a histogram whose buckets are not
+ * cumulative (Prometheus's `_bucket` series sum them).
+ */
+export interface WaitHistogram {
+  /**
+   * Each bucket's upper bound in milliseconds, from 1 to 600000; the
+   * last is `Infinity`.
+   */
+  boundsMs: Array<number>
+  /** Waits in each bucket: at most its bound, above its predecessor's. */
+  counts: Array<number>
+  /** Waits counted (the counts' sum). */
+  count: number
+  /** All waits together, in milliseconds. */
+  sumMs: number
 }

@@ -18,6 +18,7 @@ use napi_derive::napi;
 use crate::errors::{invalid, throw, OrThrow};
 use crate::events::EventSink;
 use crate::feedback::{classify, Classification};
+use crate::metrics::{metrics, metrics_json, Metrics};
 use crate::numbers::{count, millis};
 use crate::permits::Permits;
 use crate::snapshot::{queue_metrics, snapshot, QueueMetrics, Snapshot};
@@ -299,6 +300,22 @@ impl NativeGovernor {
     #[napi(catch_unwind)]
     pub fn prometheus(&self, env: Env) -> Result<String> {
         self.with(&env, |s| Ok(s.gov.prometheus()))
+    }
+
+    /// Everything observable now in one object: the snapshot, the queues,
+    /// refusals by dimension and by who refused, estimate errors and retry
+    /// amplification.
+    #[napi(catch_unwind)]
+    pub fn metrics(&self, env: Env) -> Result<Metrics> {
+        self.with(&env, |s| Ok(metrics(&s.gov.metrics())))
+    }
+
+    /// The same as the core's JSON text (snake_case), unchanged: what
+    /// `llmgov top` reads.
+    #[napi(catch_unwind)]
+    pub fn metrics_json(&self, env: Env) -> Result<String> {
+        let core = self.with(&env, |s| Ok(s.gov.metrics()))?;
+        metrics_json(&core)
     }
 
     /// Every traffic class's waiting queue now.

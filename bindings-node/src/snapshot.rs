@@ -1,4 +1,5 @@
-//! The core's [`llmgov::Snapshot`] as plain JavaScript objects (camelCase).
+//! The core's [`llmgov::Snapshot`] and queue metrics as plain JavaScript
+//! objects (camelCase).
 
 use napi_derive::napi;
 
@@ -122,7 +123,9 @@ pub struct QueueMetrics {
 /// One traffic class's queue (counts since the governor was made).
 #[napi(object)]
 pub struct ClassMetrics {
-    /// The class's name (empty for the default class).
+    /// The class's name (empty for the default class). `class` in
+    /// JavaScript, as in the core's JSON (a keyword only in Rust).
+    #[napi(js_name = "class")]
     pub klass: String,
     /// Its priority.
     pub priority: i32,
@@ -150,6 +153,26 @@ pub struct ClassMetrics {
     pub withdrawn: f64,
     /// Tenants with waiters now.
     pub tenants: f64,
+    /// How long admitted waiters waited.
+    pub wait: WaitHistogram,
+    /// Tokens admitted to flows with a guaranteed share beyond it, borrowed
+    /// from capacity others left unused.
+    pub borrowed_tokens: f64,
+}
+
+/// How long admitted waiters waited: a histogram whose buckets are not
+/// cumulative (Prometheus's `_bucket` series sum them).
+#[napi(object)]
+pub struct WaitHistogram {
+    /// Each bucket's upper bound in milliseconds, from 1 to 600000; the
+    /// last is `Infinity`.
+    pub bounds_ms: Vec<f64>,
+    /// Waits in each bucket: at most its bound, above its predecessor's.
+    pub counts: Vec<f64>,
+    /// Waits counted (the counts' sum).
+    pub count: f64,
+    /// All waits together, in milliseconds.
+    pub sum_ms: f64,
 }
 
 /// Converts the core's queue metrics.
@@ -174,7 +197,15 @@ pub fn queue_metrics(m: &llmgov::QueueMetrics) -> QueueMetrics {
                 refused_other: c.refused_other as f64,
                 withdrawn: c.withdrawn as f64,
                 tenants: c.tenants as f64,
+                wait: wait_histogram(&c.wait),
+                borrowed_tokens: c.borrowed_tokens as f64,
             })
             .collect(),
     }
+}
+
+fn wait_histogram(h: &llmgov::scheduler::WaitHistogram) -> WaitHistogram {
+    let (bounds_ms, counts) =
+        h.buckets().into_iter().map(|(bound_s, n)| ((bound_s * 1000.0).round(), n as f64)).unzip();
+    WaitHistogram { bounds_ms, counts, count: h.count() as f64, sum_ms: h.sum_ns as f64 / 1e6 }
 }

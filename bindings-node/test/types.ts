@@ -6,12 +6,15 @@ import Anthropic from '@anthropic-ai/sdk';
 import {
   CircuitOpenError,
   Classification,
+  ClassMetrics,
+  EstimateErrorSummary,
   countChatTokens,
   countTokens,
   governedFetch,
   Governor,
   GovernorEvent,
   LlmgovError,
+  Metrics,
   Permit,
   CapacityPlan,
   PlanCeiling,
@@ -20,10 +23,12 @@ import {
   planCapacity,
   Profile,
   RateLimitedError,
+  RefusalCount,
   RetryPolicy,
   Route,
   RoutedPermit,
   Snapshot,
+  WaitHistogram,
   classifyResponse,
 } from '..';
 
@@ -58,6 +63,20 @@ const placed: [string, string, boolean, boolean] = [routed.profile, routed.deplo
 const asPermit: Permit = gov.tryAcquireProfile({ profile: 'gpt-4o', consumer: ['tenants/acme'], messages: [] });
 const waitedRouted: Promise<RoutedPermit> = gov.acquireProfile({ profile, inputTokens: 1, priority: 1, deadlineMs: 1, signal: AbortSignal.timeout(1) });
 const metrics: string = gov.prometheus();
+const observed: Metrics = gov.metrics();
+const asJson: string = gov.metricsJson();
+const sameSnapshot: Snapshot = observed.snapshot;
+const refusal: RefusalCount = observed.refusals[0];
+const decision: string = refusal.gatewayDecision;
+const estimate: EstimateErrorSummary = observed.estimateErrors[0];
+const bias: number = estimate.p50 + estimate.samples + observed.retryAmplification;
+const queue: ClassMetrics = observed.queues.classes[0];
+const className: string = queue.class;
+const waits: WaitHistogram = queue.wait;
+const waited: number = waits.sumMs + waits.counts[0] + waits.boundsMs[0] + queue.borrowedTokens;
+// @ts-expect-error a class's name is `class`, as in the core's JSON
+void queue.klass;
+void [asJson, sameSnapshot, decision, bias, className, waited];
 const stop: () => void = gov.onEvent((event: GovernorEvent) => {
   switch (event.event) {
     case 'denied': {

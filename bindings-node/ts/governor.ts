@@ -5,7 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 
-import native, { Classification, PermitInfo, QueueMetrics, ProfileArgs, ProfileGrant, Snapshot } from './native';
+import native, { Classification, Metrics, PermitInfo, QueueMetrics, ProfileArgs, ProfileGrant, Snapshot } from './native';
 import { invalidArgument } from './errors';
 import { AnyUsage, normalizeUsage } from './usage';
 import { flattenHeaders, HeadersLike } from './headers';
@@ -14,7 +14,18 @@ import { countChatTokens, countTokens } from './tokens';
 import { dispatcher, EventListener } from './events';
 import { granted, keptUnlessAborted, waitNumbers, WaitOptions } from './waiting';
 
-export type { ClassMetrics, LimitSnapshot, PermitInfo, QueueMetrics, ScopeSnapshot, Snapshot } from './native';
+export type {
+  ClassMetrics,
+  EstimateErrorSummary,
+  LimitSnapshot,
+  Metrics,
+  PermitInfo,
+  QueueMetrics,
+  RefusalCount,
+  ScopeSnapshot,
+  Snapshot,
+  WaitHistogram,
+} from './native';
 
 type NativeGovernor = InstanceType<typeof native.NativeGovernor>;
 
@@ -473,6 +484,26 @@ export class Governor {
   /** Every scope and counter now. */
   snapshot(): Snapshot {
     return this.#native.snapshot();
+  }
+
+  /**
+   * Everything observable now in one object: `snapshot` (as
+   * {@link Governor.snapshot}), `queues` (as {@link Governor.queueMetrics}),
+   * `refusals` by dimension and `gatewayDecision`, `estimateErrors` per
+   * provider route and side, and `retryAmplification`. The Prometheus text
+   * is drawn from the same figures.
+   */
+  metrics(): Metrics {
+    return this.#native.metrics();
+  }
+
+  /**
+   * {@link Governor.metrics} as the core's JSON text (snake_case, the same
+   * from every language): serve it, or write it to a file, for
+   * `llmgov top FILE_OR_URL`.
+   */
+  metricsJson(): string {
+    return this.#native.metricsJson();
   }
 
   /**

@@ -13,7 +13,18 @@
 export { Governor, Permit, RoutedPermit } from './governor';
 export type { AcquireRequest, APIErrorLike, WaitOptions, WaitRequest, ClockKind, GovernorOptions, PermitState, Profile, ProfileRequest, ProfileWaitRequest, ResponseLike, Route } from './governor';
 export type { BreakerChangedEvent, DeniedEvent, EventListener, GovernorEvent, ProviderRejectedEvent } from './events';
-export type { ClassMetrics, LimitSnapshot, PermitInfo, QueueMetrics, ScopeSnapshot, Snapshot } from './governor';
+export type {
+  ClassMetrics,
+  EstimateErrorSummary,
+  LimitSnapshot,
+  Metrics,
+  PermitInfo,
+  QueueMetrics,
+  RefusalCount,
+  ScopeSnapshot,
+  Snapshot,
+  WaitHistogram,
+} from './governor';
 export {
   CircuitOpenError,
   DeadlineExceededError,
