@@ -84,7 +84,9 @@ c-examples: lib-c
 	$(C_OUT)/example_profiles > $(C_OUT)/example_profiles.out
 	grep -q '^request 1: gpt-4o on azure/eastus$$' $(C_OUT)/example_profiles.out
 
+# Go's `llmgov top` tests run target/debug/llmgov.
 test-go: lib-c
+	$(CARGO) build -p llmgov-cli
 	cd bindings-c/go && $(C_GO_ENV) go vet ./... && $(C_GO_ENV) go test -race -count=1 ./...
 
 ## The round trip from C and from Go (cgo included) beside Rust's, in one
