@@ -6,7 +6,7 @@ import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { startMock } from './helpers/mock-server.mjs';
+import { llmgovBinary, startMock } from './helpers/mock-server.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const run = (file, env = {}) =>
@@ -48,6 +48,31 @@ test("the README's routing, metrics and events example runs", () => {
     for (const line of ROUTING_OUTPUT) assert.match(out, line);
   } finally {
     rmSync(file);
+  }
+});
+
+test("the README's metrics example runs, and llmgov top draws the file it wrote", () => {
+  const readme = readFileSync(join(root, 'README.md'), 'utf8');
+  const section = readme.split('## Metrics and `llmgov top`')[1] ?? '';
+  const block = /```js\n([\s\S]*?)```/.exec(section)?.[1];
+  assert.ok(block, 'README.md has a metrics example');
+  const file = join(root, 'examples', '.readme-metrics.mjs');
+  writeFileSync(file, block);
+  let metricsFile;
+  try {
+    const out = run(file);
+    assert.match(out, /^tokens admitted_then_provider_rejected 1$/m);
+    assert.match(out, /^retry amplification 1$/m, 'no success yet');
+    metricsFile = /^llmgov top (\S+)$/m.exec(out)?.[1];
+    assert.ok(metricsFile, out);
+    const top = execFileSync(llmgovBinary(), ['top', metricsFile, '--once'], { encoding: 'utf8', timeout: 30_000 });
+    // AIMD lowered it after the 429 (a real clock: the figures move).
+    assert.match(top, /^openai\/org +tokens +1m +\d+ \/ \d+ .*\(configured 10000\)$/m, top);
+    assert.match(top, /^tenants\/acme +concurrency +- +0 \/ 4 /m, top);
+    assert.match(top, /by the provider: tokens 1 {2}retry amplification 1\.00/, top);
+  } finally {
+    rmSync(file);
+    if (metricsFile) rmSync(metricsFile, { force: true });
   }
 });
 
