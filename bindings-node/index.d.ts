@@ -295,7 +295,7 @@ export interface EstimateErrorSummary {
   /** The route's scope paths, outermost first. */
   scopes: Array<string>
   /** `input` or `output`. */
-  side: string
+  side: 'input' | 'output'
   /** Settled requests the quantiles are drawn from. */
   samples: number
   /** The 5th percentile. */
@@ -560,7 +560,7 @@ export interface RefusalCount {
    * `rejected_locally` (llmgov refused before sending) or
    * `admitted_then_provider_rejected` (the provider refused after).
    */
-  gatewayDecision: string
+  gatewayDecision: 'rejected_locally' | 'admitted_then_provider_rejected'
   /** How many. */
   count: number
 }

@@ -34,6 +34,7 @@ pub struct RefusalCount {
     pub dimension: String,
     /// `rejected_locally` (llmgov refused before sending) or
     /// `admitted_then_provider_rejected` (the provider refused after).
+    #[napi(ts_type = "'rejected_locally' | 'admitted_then_provider_rejected'")]
     pub gateway_decision: String,
     /// How many.
     pub count: f64,
@@ -46,6 +47,7 @@ pub struct EstimateErrorSummary {
     /// The route's scope paths, outermost first.
     pub scopes: Vec<String>,
     /// `input` or `output`.
+    #[napi(ts_type = "'input' | 'output'")]
     pub side: String,
     /// Settled requests the quantiles are drawn from.
     pub samples: f64,

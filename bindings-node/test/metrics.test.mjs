@@ -45,14 +45,11 @@ async function busy() {
 /** `key` in snake_case. */
 const snake = (key) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 
-/**
- * `value` as the core's JSON has it: keys in snake_case, absent options as
- * null removed (JavaScript objects leave them out).
- */
+/** `value` as the core's JSON has it: keys in snake_case (both leave out what is absent). */
 function asCore(value) {
   if (Array.isArray(value)) return value.map(asCore);
   if (value === null || typeof value !== 'object') return value;
-  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== null && v !== undefined).map(([k, v]) => [snake(k), asCore(v)]));
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined).map(([k, v]) => [snake(k), asCore(v)]));
 }
 
 test('metrics() holds the snapshot and queues as snapshot() and queueMetrics() give them, and what was observed', async () => {

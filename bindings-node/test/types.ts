@@ -67,8 +67,11 @@ const observed: Metrics = gov.metrics();
 const asJson: string = gov.metricsJson();
 const sameSnapshot: Snapshot = observed.snapshot;
 const refusal: RefusalCount = observed.refusals[0];
-const decision: string = refusal.gatewayDecision;
+const decision: 'rejected_locally' | 'admitted_then_provider_rejected' = refusal.gatewayDecision;
+// @ts-expect-error who refused is one of two
+const notADecision: 'rejected' = refusal.gatewayDecision;
 const estimate: EstimateErrorSummary = observed.estimateErrors[0];
+const side: 'input' | 'output' = estimate.side;
 const bias: number = estimate.p50 + estimate.samples + observed.retryAmplification;
 const queue: ClassMetrics = observed.queues.classes[0];
 const className: string = queue.class;
@@ -76,7 +79,7 @@ const waits: WaitHistogram = queue.wait;
 const waited: number = waits.sumMs + waits.counts[0] + waits.boundsMs[0] + queue.borrowedTokens;
 // @ts-expect-error a class's name is `class`, as in the core's JSON
 void queue.klass;
-void [asJson, sameSnapshot, decision, bias, className, waited];
+void [asJson, sameSnapshot, decision, notADecision, side, bias, className, waited];
 const stop: () => void = gov.onEvent((event: GovernorEvent) => {
   switch (event.event) {
     case 'denied': {
