@@ -58,6 +58,32 @@ fn a_waiter_is_admitted_when_the_clock_reaches_the_refill() {
     assert_eq!(metrics.classes[0].longest_admitted_wait_ms, 10_000);
 }
 
+/// The snapshot counts requests refused, not a waiter's tries: a request
+/// that waited and passed was never refused.
+#[test]
+fn a_waiters_tries_are_not_counted_as_refusals() {
+    let (gov, clock) = governor(TOKENS);
+    let route = gov.route(&["p"]).unwrap();
+    let _first = gov.try_acquire(&Request::new(route).input_tokens(600)).unwrap();
+    assert!(gov.try_acquire(&Request::new(route).input_tokens(100)).is_err(), "refused: counted");
+    let mut waiting = gov.acquire(&Request::new(route).input_tokens(100));
+    for _ in 0..9 {
+        clock.advance(Duration::from_secs(1));
+        gov.wake_waiters();
+        assert!(poll(&mut waiting).is_pending());
+    }
+    clock.advance(Duration::from_secs(1));
+    gov.wake_waiters();
+    assert!(matches!(poll(&mut waiting), Poll::Ready(Ok(_))));
+    let never = gov.acquire_blocking(&Request::new(route).input_tokens(601), None);
+    assert!(matches!(never, Err(Error::NeverFits { .. })), "{never:?}");
+    let snapshot = gov.snapshot();
+    assert_eq!((snapshot.admitted, snapshot.rate_limited, snapshot.never_fits), (2, 1, 1));
+    let local: u64 =
+        gov.metrics().refusals.iter().filter(|r| r.gateway_decision == "rejected_locally").map(|r| r.count).sum();
+    assert_eq!(local, 2, "the tally agrees");
+}
+
 #[test]
 fn a_release_wakes_a_waiter_on_concurrency() {
     let (gov, _) = governor(

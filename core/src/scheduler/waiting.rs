@@ -205,19 +205,26 @@ impl Queues {
             // Nobody waits, so nobody holds a line: the ledger decides, and
             // only a request that must wait takes the lock. (A waiter queued
             // meanwhile by another thread is passed as by `try_acquire`.)
-            match ledger.try_acquire(&request, now) {
+            // A request that waits is not refused: only a refusal that
+            // reaches the caller is counted.
+            match ledger.try_acquire_uncounted(&request, now) {
                 Ok(permit) => return Ok(Entry::Admitted(permit)),
                 Err(crate::Error::RateLimited { .. }) => {}
                 // A breaker that stays open past the caller's patience is a
                 // failure to report now, not to wait for.
                 Err(crate::Error::CircuitOpen { retry_after, .. })
                     if [timeout, request.deadline].into_iter().flatten().all(|limit| retry_after <= limit) => {}
-                Err(error) => return Err(error),
+                Err(error) => {
+                    ledger.count_refusal(&error);
+                    return Err(error);
+                }
             }
         }
         let deadline = timeout.map(|t| now.saturating_add(crate::time::duration_ns(t)));
         let mut state = self.state.lock();
-        let id = state.scheduler.submit(ledger, request, class_name, deadline, now)?;
+        let id = state.scheduler.submit(ledger, request, class_name, deadline, now).inspect_err(|error| {
+            ledger.count_refusal(error);
+        })?;
         let slot = Arc::new(Slot::default());
         state.slots.insert(id, slot.clone());
         self.poll_locked(&mut state, ledger, now);
@@ -275,12 +282,16 @@ impl Queues {
 
     fn poll_locked(&self, state: &mut State, ledger: &Ledger, now: u64) {
         let State { scheduler, slots, outcomes } = state;
-        scheduler.poll(now, &mut |request| ledger.try_acquire(request, now), outcomes);
+        // A waiter's tries are not refusals; the refusal that ends a wait is.
+        scheduler.poll(now, &mut |request| ledger.try_acquire_uncounted(request, now), outcomes);
         for outcome in outcomes.drain(..) {
             let slot = slots.remove(&outcome.waiter()).expect("every waiter has a slot");
             slot.complete(match outcome {
                 Outcome::Admitted { permit, .. } => Ok(permit),
-                Outcome::Refused { error, .. } => Err(error),
+                Outcome::Refused { error, .. } => {
+                    ledger.count_refusal(&error);
+                    Err(error)
+                }
             });
         }
         self.depth.store(scheduler.depth(), Ordering::SeqCst);
