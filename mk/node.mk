@@ -23,6 +23,7 @@ NODE_CARGO := $(abspath bindings-node/scripts/cargo-workspace.mjs)
 test-node:
 	cd bindings-node && npm ci --ignore-scripts --no-audit --no-fund
 	cd bindings-node && CARGO_TARGET_DIR=$(NODE_CARGO_TARGET_DIR) CARGO=$(NODE_CARGO) LLMGOV_CARGO_PATH="$$PATH" node scripts/check-generated.mjs
+	CARGO_TARGET_DIR=$(NODE_CARGO_TARGET_DIR) $(CARGO) build -p llmgov-cli  # the mock server and `llmgov top` the tests run
 	cd bindings-node && CARGO_TARGET_DIR=$(NODE_CARGO_TARGET_DIR) node --test --test-concurrency=1 --test-timeout=300000 test/*.test.mjs
 
 ## The Node round-trip benchmark (release build); figures in BENCHMARKS.md.
