@@ -197,11 +197,13 @@ fn budget_config_errors_name_the_field_and_value() {
     }
 }
 
-/// Eight threads spend one budget at once, each settling for no more than
-/// it reserved: together they never spend past the budget.
-#[test]
-fn concurrent_requests_never_overspend_a_budget() {
-    const THREADS: u64 = 8;
+const THREADS: u64 = 8;
+
+/// `THREADS` threads started together each try 2000 requests of 1k input
+/// and 500 max output (reserving 0.0075) on one tenant's 0.5 budget, and
+/// settle each admitted one with `output(thread, i)` output tokens. Returns
+/// the governor, what the settles spent in millionths, and how many passed.
+fn spend_concurrently(output: fn(u64, u64) -> u64) -> (Arc<Governor>, u64, u64) {
     let gov = Arc::new(routed(0.5, json!({})));
     let route = gov.route(&["tenants/acme", "openai/gpt-4o"]).unwrap();
     let spent = Arc::new(AtomicU64::new(0));
@@ -213,10 +215,9 @@ fn concurrent_requests_never_overspend_a_budget() {
                 start.wait();
                 let mut admitted = 0;
                 for i in 0..2_000u64 {
-                    // Estimates 1k input + 500 max output: 0.0075; uses 100..500 output.
                     let request = Request::new(route).input_tokens(1_000).max_output_tokens(500);
                     let Ok(mut permit) = gov.try_acquire(&request) else { continue };
-                    let output = 100 + (t * 31 + i * 17) % 401;
+                    let output = output(t, i);
                     gov.settle(&mut permit, Usage::new(1_000, output)).unwrap();
                     spent.fetch_add(2_500 + output * 10, Ordering::Relaxed);
                     admitted += 1;
@@ -225,13 +226,21 @@ fn concurrent_requests_never_overspend_a_budget() {
             })
         })
         .collect();
-    let admitted: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    let admitted = workers.into_iter().map(|w| w.join().unwrap()).sum();
     let spent = spent.load(Ordering::Relaxed);
-    assert!(spent <= 500_000, "spent {spent} millionths of a 500000 budget");
     // A refusal leaves less than one estimate (7500) free, plus what the
     // other threads' permits then in flight gave back (4000 at most each).
     assert!(spent > 500_000 - 7_500 - 7 * 4_000, "refused while an estimate still fitted: spent {spent}");
     assert_eq!(cost_limit(&gov, "tenants/acme").1, spent, "the budget holds exactly the settled costs");
+    (gov, spent, admitted)
+}
+
+/// Eight threads spend one budget at once, each settling for no more than
+/// it reserved: together they never spend past the budget.
+#[test]
+fn concurrent_requests_never_overspend_a_budget() {
+    let (_, spent, admitted) = spend_concurrently(|t, i| 100 + (t * 31 + i * 17) % 401);
+    assert!(spent <= 500_000, "spent {spent} millionths of a 500000 budget");
     assert!(admitted > 66, "{admitted}");
 }
 
@@ -241,34 +250,12 @@ fn concurrent_requests_never_overspend_a_budget() {
 /// flight when it ran out (one per thread), and nothing passes after.
 #[test]
 fn concurrent_overages_overspend_by_at_most_the_requests_then_in_flight() {
-    const THREADS: u64 = 8;
-    // 1k input + 500 max output reserves 0.0075; 600..900 output is 1000..4000 over.
+    // One request in three uses 600..900 output: 1000..4000 over its 500.
     const MOST_OVER: u64 = 4_000;
-    let gov = Arc::new(routed(0.5, json!({})));
-    let route = gov.route(&["tenants/acme", "openai/gpt-4o"]).unwrap();
-    let spent = Arc::new(AtomicU64::new(0));
-    let start = Arc::new(Barrier::new(THREADS as usize));
-    let workers: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (gov, spent, start) = (gov.clone(), spent.clone(), start.clone());
-            std::thread::spawn(move || {
-                start.wait();
-                for i in 0..2_000u64 {
-                    let request = Request::new(route).input_tokens(1_000).max_output_tokens(500);
-                    let Ok(mut permit) = gov.try_acquire(&request) else { continue };
-                    // One request in three runs over its reservation.
-                    let output = if (t + i) % 3 == 0 { 600 + (t * 31 + i * 17) % 301 } else { 100 + i % 401 };
-                    gov.settle(&mut permit, Usage::new(1_000, output)).unwrap();
-                    spent.fetch_add(2_500 + output * 10, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    workers.into_iter().for_each(|w| w.join().unwrap());
-    let spent = spent.load(Ordering::Relaxed);
+    let (gov, spent, _) =
+        spend_concurrently(|t, i| if (t + i) % 3 == 0 { 600 + (t * 31 + i * 17) % 301 } else { 100 + i % 401 });
     assert!(spent <= 500_000 + THREADS * MOST_OVER, "spent {spent} millionths of a 500000 budget");
-    assert!(spent > 500_000 - 7_500 - 7 * 4_000, "refused while an estimate still fitted: spent {spent}");
-    assert_eq!(cost_limit(&gov, "tenants/acme").1, spent, "the budget holds exactly the settled costs");
+    let route = gov.route(&["tenants/acme", "openai/gpt-4o"]).unwrap();
     let refused = gov.try_acquire(&Request::new(route).input_tokens(1_000).max_output_tokens(500)).unwrap_err();
     assert!(matches!(refused, Error::RateLimited { dimension: Dimension::Cost, .. }), "{refused:?}");
 }
