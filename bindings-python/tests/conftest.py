@@ -1,16 +1,27 @@
-"""Shared fixtures: the repository root, and `llmgov mock-server` as a subprocess."""
+"""Shared fixtures: the repository root, `llmgov mock-server` as a subprocess,
+and `until`, which lets the event loop run until a condition holds."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Lets the event loop run until `condition()` holds (the clock does not move)."""
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.002)
+    raise AssertionError("condition never held")
 
 
 def cargo_target_dir() -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Tuple
 
 import pytest
-from conftest import mock_server_binary
+from conftest import mock_server_binary, until
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 import llmgov
@@ -191,15 +191,6 @@ def test_an_estimate_off_by_a_quarter_is_its_error() -> None:
     exposed = Exposition(gov.prometheus())
     assert exposed.value("llmgov_estimate_error", route="openai/org", side="input", quantile="0.5") == inputs["p50"]
     assert exposed.value("llmgov_estimate_error", route="openai/org", side="output", quantile="0.5") == outputs["p50"]
-
-
-async def until(condition: Any) -> None:
-    """Lets the event loop run until `condition()` holds (the clock does not move)."""
-    for _ in range(500):
-        if condition():
-            return
-        await asyncio.sleep(0.002)
-    raise AssertionError("condition never held")
 
 
 async def test_queue_depth_and_oldest_waiter_while_pending_then_expiries() -> None:

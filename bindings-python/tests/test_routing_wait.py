@@ -12,6 +12,7 @@ import threading
 from typing import Any, Callable, Dict, List
 
 import pytest
+from conftest import until
 
 import llmgov
 
@@ -53,14 +54,6 @@ def depth(gov: llmgov.Governor) -> int:
 def in_use(gov: llmgov.Governor, path: str, dimension: str) -> int:
     scope = next(s for s in gov.snapshot()["scopes"] if s["path"] == path)
     return next(limit["in_use"] for limit in scope["limits"] if limit["dimension"] == dimension)
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    for _ in range(500):
-        if condition():
-            return
-        await asyncio.sleep(0.002)
-    raise AssertionError("condition never held")
 
 
 async def settled(future: "asyncio.Future[Any]") -> bool:

@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 import pytest
+from conftest import until
 
 import llmgov
 
@@ -27,14 +28,6 @@ def gov() -> llmgov.Governor:
 
 def depth(gov: llmgov.Governor) -> int:
     return gov.queue_metrics()["depth"]
-
-
-async def until(condition: Any) -> None:
-    for _ in range(500):
-        if condition():
-            return
-        await asyncio.sleep(0.002)
-    raise AssertionError("condition never held")
 
 
 async def test_acquire_waits_until_the_clock_refills(gov: llmgov.Governor) -> None:
