@@ -3,10 +3,10 @@
  * refused at once when the predicted wait is longer, a full class queue
  * refuses, and a refused wait holds nothing. */
 #include <pthread.h>
-#include <sched.h>
 #include <stdint.h>
 
 #include "check.h"
+#include "waiting.h"
 
 #define SECOND 1000000000ull
 
@@ -37,20 +37,6 @@ static int64_t in_use(const llmgov_governor *gov) {
     int64_t n = at ? strtoll(at + 9, NULL, 10) : -1;
     llmgov_string_free(json);
     return n;
-}
-
-/* Yields until `depth` requests wait: the waiter thread has queued. */
-static void until_waiting(const llmgov_governor *gov, int depth) {
-    char expected[32];
-    snprintf(expected, sizeof expected, "{\"depth\":%d", depth);
-    for (;;) {
-        char *json = NULL;
-        CHECK_OK(llmgov_governor_queue_metrics_json(gov, &json));
-        int found = json != NULL && strncmp(json, expected, strlen(expected)) == 0;
-        llmgov_string_free(json);
-        if (found) return;
-        sched_yield();
-    }
 }
 
 int main(void) {

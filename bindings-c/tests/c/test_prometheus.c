@@ -6,11 +6,11 @@
  * histogram and borrowed tokens; expired permits. llmgov_governor_metrics_json
  * carries the same figures. A NULL argument is an error naming it. */
 #include <pthread.h>
-#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "check.h"
+#include "waiting.h"
 
 #define SECOND 1000000000ull
 
@@ -51,20 +51,6 @@ static void *wait_for_admission(void *arg) {
     waiter *w = arg;
     w->result = llmgov_governor_acquire(w->gov, &w->request, LLMGOV_NO_TIMEOUT, &w->permit);
     return NULL;
-}
-
-/* Yields until `depth` requests wait: the waiter threads have queued. */
-static void until_waiting(const llmgov_governor *gov, int depth) {
-    char expected[32];
-    snprintf(expected, sizeof expected, "{\"depth\":%d", depth);
-    for (;;) {
-        char *json = NULL;
-        CHECK_OK(llmgov_governor_queue_metrics_json(gov, &json));
-        int found = json != NULL && strncmp(json, expected, strlen(expected)) == 0;
-        llmgov_string_free(json);
-        if (found) return;
-        sched_yield();
-    }
 }
 
 static void limits_counters_and_the_breaker(void) {
