@@ -245,10 +245,10 @@ export interface Classification {
 /** One traffic class's queue (counts since the governor was made). */
 export interface ClassMetrics {
   /**
-   * The class's name (empty for the default class). `class` in
-   * JavaScript, as in the core's JSON (a keyword only in Rust).
+   * The class's name (empty for the default class): `klass`, as in
+   * requests, events and errors (`class` can't be destructured in JS).
    */
-  class: string
+  klass: string
   /** Its priority. */
   priority: number
   /** Requests waiting now. */

@@ -123,9 +123,8 @@ pub struct QueueMetrics {
 /// One traffic class's queue (counts since the governor was made).
 #[napi(object)]
 pub struct ClassMetrics {
-    /// The class's name (empty for the default class). `class` in
-    /// JavaScript, as in the core's JSON (a keyword only in Rust).
-    #[napi(js_name = "class")]
+    /// The class's name (empty for the default class): `klass`, as in
+    /// requests, events and errors (`class` can't be destructured in JS).
     pub klass: String,
     /// Its priority.
     pub priority: i32,

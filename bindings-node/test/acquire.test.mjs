@@ -118,13 +118,13 @@ test('queue metrics count waiters, admissions and withdrawals', async () => {
   await settled(other);
   const metrics = g.queueMetrics();
   assert.equal(metrics.depth, 2);
-  const batch = metrics.classes.find((c) => c.class === 'batch');
+  const batch = metrics.classes.find((c) => c.klass === 'batch');
   assert.equal(batch.depth, 2);
   controller.abort();
   await assert.rejects(waiting);
   first.cancel();
   (await other).cancel();
-  const after = g.queueMetrics().classes.find((c) => c.class === 'batch');
+  const after = g.queueMetrics().classes.find((c) => c.klass === 'batch');
   assert.equal(after.depth, 0);
   assert.equal(after.withdrawn, 1);
   assert.equal(after.admitted, 1);

@@ -60,7 +60,7 @@ test('metrics() holds the snapshot and queues as snapshot() and queueMetrics() g
   assert.deepEqual(m.queues, g.queueMetrics());
   const tokens = m.snapshot.scopes.find((s) => s.path === 'openai/org').limits[0];
   assert.deepEqual([tokens.effectiveAmount, tokens.reserved], [5000, 2500], 'AIMD halved it; the held permit');
-  const batch = m.queues.classes.find((c) => c.class === 'batch');
+  const batch = m.queues.classes.find((c) => c.klass === 'batch');
   assert.deepEqual([batch.admitted, batch.longestAdmittedWaitMs, batch.wait.count, batch.wait.sumMs], [1, 3000, 1, 3000]);
   const count = (dimension, decision) =>
     m.refusals.find((r) => r.dimension === dimension && r.gatewayDecision === decision).count;
@@ -87,7 +87,9 @@ test("metricsJson() is the core's JSON: snake_case, with the figures metrics() g
   assert.equal(json.retry_amplification, m.retryAmplification);
   // The queues, but for the histogram: the core's is counts and nanoseconds.
   assert.equal(json.queues.depth, m.queues.depth);
-  const classes = m.queues.classes.map(({ wait, ...rest }) => ({
+  // And `klass`, as everywhere in this package, is the core's `class`.
+  const classes = m.queues.classes.map(({ wait, klass, ...rest }) => ({
+    class: klass,
     ...asCore(rest),
     wait: { counts: wait.counts, sum_ns: wait.sumMs * 1e6 },
   }));

@@ -34,7 +34,7 @@ function refusals(metrics, dimension, gatewayDecision) {
 }
 
 /** The default class's queue, as `metrics()` has it. */
-const defaultClass = (metrics) => metrics.queues.classes.find((c) => c.class === '');
+const defaultClass = (metrics) => metrics.queues.classes.find((c) => c.klass === '');
 
 test('limits, usage, counters, breakers, refusals, estimate errors and retry amplification are exposed', () => {
   // A decrease exact in binary keeps the effective burst a whole number.

@@ -74,11 +74,11 @@ const estimate: EstimateErrorSummary = observed.estimateErrors[0];
 const side: 'input' | 'output' = estimate.side;
 const bias: number = estimate.p50 + estimate.samples + observed.retryAmplification;
 const queue: ClassMetrics = observed.queues.classes[0];
-const className: string = queue.class;
+const className: string = queue.klass;
 const waits: WaitHistogram = queue.wait;
 const waited: number = waits.sumMs + waits.counts[0] + waits.boundsMs[0] + queue.borrowedTokens;
-// @ts-expect-error a class's name is `class`, as in the core's JSON
-void queue.klass;
+// @ts-expect-error a class's name is `klass`, as in requests, events and errors
+void queue.class;
 void [asJson, sameSnapshot, decision, notADecision, side, bias, className, waited];
 const stop: () => void = gov.onEvent((event: GovernorEvent) => {
   switch (event.event) {
