@@ -32,3 +32,4 @@ demo:
 bench:
 	$(CARGO) bench -p llmgov --bench ledger
 	$(CARGO) bench -p llmgov --bench scopes
+	$(CARGO) bench -p llmgov --bench routing
