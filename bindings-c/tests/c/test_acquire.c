@@ -17,19 +17,6 @@ static const char *CONFIG =
     "[classes.batch]\n"
     "queue_bound = 1\n";
 
-typedef struct {
-    const llmgov_governor *gov;
-    llmgov_request request;
-    llmgov_result result;
-    llmgov_permit *permit;
-} waiter;
-
-static void *wait_for_admission(void *arg) {
-    waiter *w = arg;
-    w->result = llmgov_governor_acquire(w->gov, &w->request, LLMGOV_NO_TIMEOUT, &w->permit);
-    return NULL;
-}
-
 static int64_t in_use(const llmgov_governor *gov) {
     char *json = NULL;
     if (llmgov_governor_snapshot_json(gov, &json) != LLMGOV_RESULT_OK) return -1;
@@ -73,7 +60,7 @@ int main(void) {
     CHECK_RESULT(llmgov_governor_acquire(gov, &request, LLMGOV_NO_TIMEOUT, &permit), LLMGOV_RESULT_NEVER_FITS);
 
     /* A waiter in the batch class: admitted when the clock reaches the refill. */
-    waiter w = {gov, request, LLMGOV_RESULT_PANIC, NULL};
+    waiter w = {.gov = gov, .request = request, .result = LLMGOV_RESULT_PANIC};
     w.request.input_tokens = 100;
     CHECK_OK(llmgov_governor_class(gov, "batch", &w.request.class_id));
     pthread_t thread;

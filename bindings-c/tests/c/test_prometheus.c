@@ -38,21 +38,6 @@ static char *metrics(const llmgov_governor *gov) {
     return json;
 }
 
-/* A thread blocked in llmgov_governor_acquire. */
-typedef struct {
-    const llmgov_governor *gov;
-    llmgov_request request;
-    pthread_t thread;
-    llmgov_result result;
-    llmgov_permit *permit;
-} waiter;
-
-static void *wait_for_admission(void *arg) {
-    waiter *w = arg;
-    w->result = llmgov_governor_acquire(w->gov, &w->request, LLMGOV_NO_TIMEOUT, &w->permit);
-    return NULL;
-}
-
 static void limits_counters_and_the_breaker(void) {
     llmgov_manual_clock *clock = llmgov_manual_clock_new(0);
     const llmgov_governor *gov = NULL;
