@@ -70,7 +70,21 @@ pub fn to_py(error: CoreError) -> PyErr {
 
 fn build(py: Python<'_>, error: &CoreError) -> PyResult<PyErr> {
     let message = error.to_string();
-    let err = match error {
+    let err = match refusal(py, error, &message)? {
+        Some(err) => err,
+        None => not_a_refusal(py, error, message)?,
+    };
+    if !matches!(error, CoreError::RateLimited { .. } | CoreError::NeverFits { .. }) {
+        err.value(py).setattr("code", error.code())?;
+    }
+    Ok(err)
+}
+
+/// A request refused, with what the caller needs to act on it; `None` for
+/// any other error.
+fn refusal(py: Python<'_>, error: &CoreError, message: &str) -> PyResult<Option<PyErr>> {
+    let message = message.to_owned();
+    Ok(Some(match error {
         CoreError::RateLimited { scope, dimension, retry_after, .. } => {
             let err = RateLimited::new_err(message);
             let value = err.value(py);
@@ -91,6 +105,38 @@ fn build(py: Python<'_>, error: &CoreError) -> PyResult<PyErr> {
             set_gateway_decision(py, &err, error)?;
             err
         }
+        CoreError::DeadlineExceeded { waited, retry_after, .. } => {
+            let err = DeadlineExceeded::new_err(message);
+            let value = err.value(py);
+            value.setattr("waited_ms", llmgov::ceil_ms(*waited))?;
+            value.setattr("retry_after", retry_after.map(|d| d.as_secs_f64()))?;
+            value.setattr("retry_after_ms", retry_after.map(llmgov::ceil_ms))?;
+            err
+        }
+        CoreError::CircuitOpen { scope, retry_after, .. } => {
+            let err = CircuitOpen::new_err(message);
+            let value = err.value(py);
+            value.setattr("scope", &**scope)?;
+            value.setattr("retry_after", retry_after.as_secs_f64())?;
+            value.setattr("retry_after_ms", llmgov::ceil_ms(*retry_after))?;
+            err
+        }
+        CoreError::QueueFull { class, bound, retry_after, .. } => {
+            let err = QueueFull::new_err(message);
+            let value = err.value(py);
+            value.setattr("klass", &**class)?;
+            value.setattr("bound", *bound)?;
+            value.setattr("retry_after", retry_after.map(|d| d.as_secs_f64()))?;
+            value.setattr("retry_after_ms", retry_after.map(llmgov::ceil_ms))?;
+            err
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// Bad input, or a permit in the wrong state.
+fn not_a_refusal(py: Python<'_>, error: &CoreError, message: String) -> PyResult<PyErr> {
+    Ok(match error {
         CoreError::InvalidConfig { field, value, reason } => {
             with_field(py, ConfigError::new_err(message), field, value, reason)?
         }
@@ -121,39 +167,10 @@ fn build(py: Python<'_>, error: &CoreError) -> PyResult<PyErr> {
             err
         }
         CoreError::PermitExpired => PermitExpired::new_err(message),
-        CoreError::DeadlineExceeded { waited, retry_after, .. } => {
-            let err = DeadlineExceeded::new_err(message);
-            let value = err.value(py);
-            value.setattr("waited_ms", llmgov::ceil_ms(*waited))?;
-            value.setattr("retry_after", retry_after.map(|d| d.as_secs_f64()))?;
-            value.setattr("retry_after_ms", retry_after.map(llmgov::ceil_ms))?;
-            err
-        }
-        CoreError::CircuitOpen { scope, retry_after, .. } => {
-            let err = CircuitOpen::new_err(message);
-            let value = err.value(py);
-            value.setattr("scope", &**scope)?;
-            value.setattr("retry_after", retry_after.as_secs_f64())?;
-            value.setattr("retry_after_ms", llmgov::ceil_ms(*retry_after))?;
-            err
-        }
-        CoreError::QueueFull { class, bound, retry_after, .. } => {
-            let err = QueueFull::new_err(message);
-            let value = err.value(py);
-            value.setattr("klass", &**class)?;
-            value.setattr("bound", *bound)?;
-            value.setattr("retry_after", retry_after.map(|d| d.as_secs_f64()))?;
-            value.setattr("retry_after_ms", retry_after.map(llmgov::ceil_ms))?;
-            err
-        }
         // The core's enum is non-exhaustive: a variant this binding does not
         // know yet still reaches Python as an llmgov.Error with its code.
         _ => Error::new_err(message),
-    };
-    if !matches!(error, CoreError::RateLimited { .. } | CoreError::NeverFits { .. }) {
-        err.value(py).setattr("code", error.code())?;
-    }
-    Ok(err)
+    })
 }
 
 fn with_field(py: Python<'_>, err: PyErr, field: &str, value: &str, reason: &str) -> PyResult<PyErr> {

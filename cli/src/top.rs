@@ -95,7 +95,8 @@ pub fn fetch(source: &str) -> Result<String, CliError> {
         .map_err(|e| CliError::field("source", source, format!("could not read it: {e}")))
 }
 
-/// Draws the state in `json` as text, `width` columns for the scope names.
+/// Draws the state in `json` as text: the counters, the refusals, a row per
+/// scope and limit, and the queues.
 pub fn render(json: &str) -> Result<String, CliError> {
     let exposed: Exposed = serde_json::from_str(json)
         .map_err(|e| CliError::field("snapshot", truncate(json), format!("not a governor snapshot: {e}")))?;
@@ -105,11 +106,9 @@ pub fn render(json: &str) -> Result<String, CliError> {
         }
         Exposed::Plain(snapshot) => (snapshot, None, Vec::new(), None),
     };
-    let mut out = String::new();
     let s = &snapshot;
-    let _ = writeln!(
-        out,
-        "llmgov top  t={:.1}s  admitted {}  rate limited {}  breaker refusals {}  provider 429s {}  expired {}",
+    let mut out = format!(
+        "llmgov top  t={:.1}s  admitted {}  rate limited {}  breaker refusals {}  provider 429s {}  expired {}\n",
         s.now_ms as f64 / 1000.0,
         s.admitted,
         s.rate_limited,
@@ -118,33 +117,45 @@ pub fn render(json: &str) -> Result<String, CliError> {
         s.expired_permits
     );
     if !refusals.is_empty() || amplification.is_some() {
-        let by = |decision: &str| {
-            let named: Vec<String> = refusals
-                .iter()
-                .filter(|r| r.gateway_decision == decision && r.count > 0)
-                .map(|r| format!("{} {}", r.dimension, r.count))
-                .collect();
-            if named.is_empty() {
-                "none".to_owned()
-            } else {
-                named.join(", ")
-            }
-        };
-        let _ = write!(
-            out,
-            "refused here: {}  by the provider: {}",
-            by("rejected_locally"),
-            by("admitted_then_provider_rejected")
-        );
-        let _ = writeln!(out, "  retry amplification {:.2}", amplification.unwrap_or(1.0));
+        out += &refusals_line(&refusals, amplification.unwrap_or(1.0));
     }
-    let name_width = s.scopes.iter().map(|sc| sc.path.len()).max().unwrap_or(5).max(5);
-    let _ = writeln!(
-        out,
-        "{:name_width$}  {:<13} {:>7}  {:>21}  {:>9}  utilisation (█ used ▒ reserved)",
+    out += &scope_rows(&s.scopes);
+    if let Some(queues) = queues {
+        out += &queues_line(&queues);
+    }
+    Ok(out)
+}
+
+/// Refusals by dimension on each side of the gateway, and retry amplification.
+fn refusals_line(refusals: &[Refusal], amplification: f64) -> String {
+    let by = |decision: &str| {
+        let named: Vec<String> = refusals
+            .iter()
+            .filter(|r| r.gateway_decision == decision && r.count > 0)
+            .map(|r| format!("{} {}", r.dimension, r.count))
+            .collect();
+        if named.is_empty() {
+            "none".to_owned()
+        } else {
+            named.join(", ")
+        }
+    };
+    format!(
+        "refused here: {}  by the provider: {}  retry amplification {amplification:.2}\n",
+        by("rejected_locally"),
+        by("admitted_then_provider_rejected")
+    )
+}
+
+/// A header, then a row per scope and limit with its utilisation bar, and a
+/// line for each breaker that is not closed.
+fn scope_rows(scopes: &[Scope]) -> String {
+    let name_width = scopes.iter().map(|sc| sc.path.len()).max().unwrap_or(5).max(5);
+    let mut out = format!(
+        "{:name_width$}  {:<13} {:>7}  {:>21}  {:>9}  utilisation (█ used ▒ reserved)\n",
         "scope", "dimension", "window", "in use / limit", "reserved"
     );
-    for scope in &s.scopes {
+    for scope in scopes {
         for limit in &scope.limits {
             let effective = limit.effective_amount.unwrap_or(limit.amount);
             let share_of = |n: u64| if effective == 0 { 1.0 } else { n as f64 / effective as f64 };
@@ -173,18 +184,20 @@ pub fn render(json: &str) -> Result<String, CliError> {
             let _ = writeln!(out, "{:name_width$}  breaker {state}", "");
         }
     }
-    if let Some(queues) = queues {
-        let classes: Vec<String> = queues
-            .classes
-            .iter()
-            .map(|c| {
-                let name = if c.class.is_empty() { "default" } else { &c.class };
-                format!("{name} {} waiting (oldest {:.1}s)", c.depth, c.oldest_wait_ms as f64 / 1000.0)
-            })
-            .collect();
-        let _ = writeln!(out, "queues: {}", if classes.is_empty() { "none".to_owned() } else { classes.join(" | ") });
-    }
-    Ok(out)
+    out
+}
+
+/// Each class's queue depth and oldest waiter.
+fn queues_line(queues: &Queues) -> String {
+    let classes: Vec<String> = queues
+        .classes
+        .iter()
+        .map(|c| {
+            let name = if c.class.is_empty() { "default" } else { &c.class };
+            format!("{name} {} waiting (oldest {:.1}s)", c.depth, c.oldest_wait_ms as f64 / 1000.0)
+        })
+        .collect();
+    format!("queues: {}\n", if classes.is_empty() { "none".to_owned() } else { classes.join(" | ") })
 }
 
 fn format_window(ms: u64) -> String {

@@ -128,17 +128,7 @@ fn compile_limit(field: &str, limit: &LimitConfig, margin: f64, provider: bool) 
         return Err(Error::config(at("amount"), configured, format!("must be at most {MAX_AMOUNT}")));
     }
     let amount = scaled(configured, margin, &at("amount"))?;
-    let count_cached_input = match (limit.count_cached_input, limit.dimension) {
-        (Some(v), Dimension::InputTokens | Dimension::Tokens) | (Some(v @ true), _) => v,
-        (None, _) => true,
-        (Some(v), d) => {
-            return Err(Error::config(
-                at("count_cached_input"),
-                v,
-                format!("only input_tokens and tokens count cached input, not {d}"),
-            ))
-        }
-    };
+    let count_cached_input = count_cached_input(&at, limit)?;
     let base = Limit {
         dimension: limit.dimension,
         rule: Rule::Concurrency { max: amount },
@@ -151,19 +141,7 @@ fn compile_limit(field: &str, limit: &LimitConfig, margin: f64, provider: bool) 
         margin,
     };
     if limit.dimension == Dimension::Concurrency {
-        let stray = [
-            ("window", limit.window.clone()),
-            ("algorithm", limit.algorithm.map(|a| a.as_str().to_owned())),
-            ("burst", limit.burst.map(|b| b.to_string())),
-            ("slots", limit.slots.map(|s| s.to_string())),
-        ];
-        if let Some((name, Some(value))) = stray.into_iter().find(|(_, v)| v.is_some()) {
-            return Err(Error::config(
-                at(name),
-                value,
-                "concurrency counts requests in flight and takes no window, algorithm, burst or slots",
-            ));
-        }
+        no_window_fields(&at, limit)?;
         return Ok(base);
     }
     let window_text = limit.window.as_deref().ok_or_else(|| {
@@ -182,6 +160,39 @@ fn compile_limit(field: &str, limit: &LimitConfig, margin: f64, provider: bool) 
         _ => amount,
     };
     Ok(Limit { rule, burst, window_ns: Some(window_ns), ..base })
+}
+
+/// Whether a limit counts cached input: by default yes; only input and
+/// total token limits may say no.
+fn count_cached_input(at: &dyn Fn(&str) -> String, limit: &LimitConfig) -> Result<bool> {
+    match (limit.count_cached_input, limit.dimension) {
+        (Some(v), Dimension::InputTokens | Dimension::Tokens) | (Some(v @ true), _) => Ok(v),
+        (None, _) => Ok(true),
+        (Some(v), d) => Err(Error::config(
+            at("count_cached_input"),
+            v,
+            format!("only input_tokens and tokens count cached input, not {d}"),
+        )),
+    }
+}
+
+/// A concurrency limit counts requests in flight: a window, an algorithm,
+/// a burst or slots given to one is a mistake, not something to ignore.
+fn no_window_fields(at: &dyn Fn(&str) -> String, limit: &LimitConfig) -> Result<()> {
+    let stray = [
+        ("window", limit.window.clone()),
+        ("algorithm", limit.algorithm.map(|a| a.as_str().to_owned())),
+        ("burst", limit.burst.map(|b| b.to_string())),
+        ("slots", limit.slots.map(|s| s.to_string())),
+    ];
+    match stray.into_iter().find(|(_, v)| v.is_some()) {
+        Some((name, Some(value))) => Err(Error::config(
+            at(name),
+            value,
+            "concurrency counts requests in flight and takes no window, algorithm, burst or slots",
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The amount a limit states: `amount`, or for a `cost` limit its `budget`
