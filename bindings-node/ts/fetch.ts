@@ -17,7 +17,8 @@
  * retries off (`maxRetries: 0`): one layer retries, this one.
  */
 import native from './native';
-import { Governor, Permit, Route } from './governor';
+import { Governor, Route } from './governor';
+import { Permit } from './permit';
 import { RetryPolicy, RetryOptions } from './feedback';
 import { invalidArgument } from './errors';
 import { meteredStream } from './stream';

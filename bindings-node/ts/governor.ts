@@ -1,15 +1,14 @@
 /**
- * The governor and its permits: reserve before a request leaves, reconcile
- * after. Routes, classes and permits cross into the addon as numbers; paths
- * and class names are resolved once and cached here.
+ * The governor: reserve before a request leaves (its permits, in
+ * `permit.ts`, reconcile after). Routes, classes and permits cross into the
+ * addon as numbers; paths and class names are resolved once and cached here.
  */
 import { readFileSync } from 'node:fs';
 
-import native, { Classification, Metrics, PermitInfo, QueueMetrics, ProfileArgs, ProfileGrant, Snapshot } from './native';
+import native, { Metrics, NativeGovernor, QueueMetrics, ProfileArgs, Snapshot } from './native';
 import { invalidArgument } from './errors';
-import { AnyUsage, normalizeUsage } from './usage';
-import { flattenHeaders, HeadersLike } from './headers';
-import { BodyLike, bodyText, checkStatus } from './feedback';
+import { ARGS, count, optionalCount } from './hot';
+import { Permit, RoutedPermit } from './permit';
 import { countChatTokens, countTokens } from './tokens';
 import { dispatcher, EventListener } from './events';
 import { granted, keptUnlessAborted, waitNumbers, WaitOptions } from './waiting';
@@ -26,17 +25,6 @@ export type {
   Snapshot,
   WaitHistogram,
 } from './native';
-
-type NativeGovernor = InstanceType<typeof native.NativeGovernor>;
-
-/**
- * The hot path's arguments. N-API charges about 40 ns an argument, so
- * `tryAcquire`, `settle`, `cancel` and `addOutput` write their numbers here
- * and call the addon with none (see `src/hot.rs`). Its own `ArrayBuffer`,
- * so its data never moves.
- */
-const ARGS = new Float64Array(new ArrayBuffer(8 * 8));
-native.registerArgs(ARGS);
 
 /** A resolved set of scopes: a number, valid only with the governor that made it. */
 export type Route = number & { readonly __llmgovRoute: unique symbol };
@@ -102,189 +90,6 @@ export interface WaitRequest extends AcquireRequest, WaitOptions {}
 
 /** What {@link Governor.acquireProfile} waits for: a request by profile, and how to wait. */
 export interface ProfileWaitRequest extends ProfileRequest, WaitOptions {}
-
-/** Where a permit stands. */
-export type PermitState = 'pending' | 'settled' | 'cancelled' | 'expired';
-
-/** An openai-node `APIError` (or any error with a status, headers and a body). */
-export interface APIErrorLike {
-  status: number | undefined;
-  headers?: HeadersLike | null;
-  error?: unknown;
-}
-
-/** A fetch `Response`, as far as `report` reads it. */
-export interface ResponseLike {
-  status: number;
-  headers: HeadersLike;
-  clone(): { text(): Promise<string> };
-}
-
-function count(field: string, value: unknown): number {
-  if (typeof value === 'number') return value;
-  throw invalidArgument(field, value, 'must be a number');
-}
-
-function optionalCount(field: string, value: unknown): number {
-  return value === undefined ? 0 : count(field, value);
-}
-
-const isResponse = (x: unknown): x is ResponseLike =>
-  typeof x === 'object' && x !== null && typeof (x as ResponseLike).clone === 'function' && 'status' in x;
-
-/**
- * A granted reservation. Settle it with the actual usage, or cancel it if
- * the request was never sent; left alone, it expires after the permit TTL,
- * charged as estimated, its concurrency slot freed. It reconciles once.
- */
-export class Permit {
-  /** Keeps the governor alive while the permit is. */
-  readonly #gov: NativeGovernor;
-  readonly #id: number;
-  readonly #handle: number;
-  #state: PermitState = 'pending';
-  /** The route it is charged on. */
-  readonly route: Route;
-
-  /** @internal Made by {@link Governor.tryAcquire} and {@link Governor.acquire}. */
-  constructor(gov: NativeGovernor, id: number, handle: number, route: Route) {
-    this.#gov = gov;
-    this.#id = id;
-    this.#handle = handle;
-    this.route = route;
-  }
-
-  /** Where the permit stands. */
-  get state(): PermitState {
-    return this.#state;
-  }
-
-  /** What it holds now; `null` once reconciled. */
-  info(): PermitInfo | null {
-    return this.#state === 'pending' ? this.#gov.permitInfo(this.#handle) : null;
-  }
-
-  /**
-   * Reconciles with actual usage: `{ inputTokens, outputTokens, cachedInputTokens }`,
-   * or an OpenAI or Anthropic `usage` object. Refunds what was over-reserved,
-   * charges any overage (into debt if need be).
-   */
-  settle(usage: AnyUsage): void {
-    if (this.#state !== 'pending') native.NativeGovernor.finished(this.#state);
-    const u = usage as { inputTokens?: unknown; outputTokens?: unknown; cachedInputTokens?: unknown };
-    let input: number, cached: number, output: number;
-    if (u !== null && typeof u === 'object' && (u.inputTokens !== undefined || u.outputTokens !== undefined)) {
-      input = optionalCount('inputTokens', u.inputTokens);
-      cached = optionalCount('cachedInputTokens', u.cachedInputTokens);
-      output = optionalCount('outputTokens', u.outputTokens);
-    } else {
-      [input, cached, output] = normalizeUsage(usage);
-      count('inputTokens', input);
-      count('cachedInputTokens', cached);
-      count('outputTokens', output);
-    }
-    ARGS[0] = this.#id;
-    ARGS[1] = this.#handle;
-    ARGS[2] = input;
-    ARGS[3] = cached;
-    ARGS[4] = output;
-    this.#finish(native.hotSettle, 'settled');
-  }
-
-  /** Refunds everything: the request was never sent. */
-  cancel(): void {
-    if (this.#state !== 'pending') native.NativeGovernor.finished(this.#state);
-    ARGS[0] = this.#id;
-    ARGS[1] = this.#handle;
-    this.#finish(native.hotCancel, 'cancelled');
-  }
-
-  /** Charges `tokens` more streamed output (beyond the reservation it costs more). */
-  addOutput(tokens: number): void {
-    if (this.#state !== 'pending') native.NativeGovernor.finished(this.#state);
-    ARGS[0] = this.#id;
-    ARGS[1] = this.#handle;
-    ARGS[2] = count('tokens', tokens);
-    try {
-      if (native.hotAddOutput() < 0) native.throwLastError();
-    } catch (e) {
-      if ((e as { code?: string }).code === 'permit_expired') this.#state = 'expired';
-      throw e;
-    }
-  }
-
-  /**
-   * Feeds the provider's answer back into the route's provider scopes (a
-   * 429 holds the bucket it names empty until the retry-after; `remaining`
-   * headers lower buckets) and returns its classification. Settle or cancel
-   * the permit as usual afterwards.
-   *
-   * - `report(status, headers, body)`;
-   * - `report(apiError)`: an openai-node or Anthropic SDK `APIError`;
-   * - `report(response)`: a fetch `Response` (its body is read from a clone,
-   *   so a Promise is returned).
-   */
-  report(status: number, headers?: HeadersLike | null, body?: BodyLike): Classification;
-  report(error: APIErrorLike): Classification;
-  report(response: ResponseLike): Promise<Classification>;
-  report(
-    what: number | APIErrorLike | ResponseLike,
-    headers?: HeadersLike | null,
-    body?: BodyLike,
-  ): Classification | Promise<Classification> {
-    if (typeof what === 'number') return this.#report(what, headers, body);
-    if (isResponse(what)) {
-      return what.clone().text().then((text) => this.#report(what.status, what.headers, text));
-    }
-    if (typeof what === 'object' && what !== null && 'status' in what) {
-      const error = what as APIErrorLike;
-      const errorBody = error.error === undefined ? undefined : { error: error.error };
-      return this.#report(checkStatus(error.status), error.headers, errorBody);
-    }
-    throw invalidArgument('response', what, 'must be a status, a fetch Response or an SDK APIError');
-  }
-
-  #report(status: number, headers: HeadersLike | null | undefined, body: BodyLike): Classification {
-    return this.#gov.report(this.#handle, this.route, checkStatus(status), flattenHeaders(headers), bodyText(body));
-  }
-
-  #finish(op: () => number, state: PermitState): void {
-    try {
-      if (op() < 0) native.throwLastError();
-      this.#state = state;
-    } catch (e) {
-      if ((e as { code?: string }).code === 'permit_expired') this.#state = 'expired';
-      throw e;
-    }
-  }
-}
-
-/**
- * A permit granted through a model profile: a {@link Permit} on the chosen
- * deployment's route, saying where it went.
- */
-export class RoutedPermit extends Permit {
-  /** The profile that served it: the one asked for, or a fallback's. */
-  readonly profile: string;
-  /** The chosen deployment's scope path, e.g. `azure/eastus`. */
-  readonly deployment: string;
-  /** Whether it left the profile asked for because every deployment refused (only where its class may). */
-  readonly fellBack: boolean;
-  /**
-   * Whether it left the profile asked for because a cost budget passed the
-   * profile's `budget.degrade_at` (served by its cheaper `degrade_to`).
-   */
-  readonly degraded: boolean;
-
-  /** @internal Made by {@link Governor.tryAcquireProfile} and {@link Governor.acquireProfile}. */
-  constructor(gov: NativeGovernor, id: number, routed: ProfileGrant) {
-    super(gov, id, routed.handle, routed.route as Route);
-    this.profile = routed.profile;
-    this.deployment = routed.deployment;
-    this.fellBack = routed.fellBack;
-    this.degraded = routed.degraded;
-  }
-}
 
 /**
  * A rate-limit governor: reserves every limit a request is subject to, on

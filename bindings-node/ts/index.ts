@@ -10,8 +10,10 @@
  * permit.settle({ inputTokens: 1180, outputTokens: 212 });
  * ```
  */
-export { Governor, Permit, RoutedPermit } from './governor';
-export type { AcquireRequest, APIErrorLike, WaitOptions, WaitRequest, ClockKind, GovernorOptions, PermitState, Profile, ProfileRequest, ProfileWaitRequest, ResponseLike, Route } from './governor';
+export { Governor } from './governor';
+export { Permit, RoutedPermit } from './permit';
+export type { AcquireRequest, WaitOptions, WaitRequest, ClockKind, GovernorOptions, Profile, ProfileRequest, ProfileWaitRequest, Route } from './governor';
+export type { APIErrorLike, PermitState, ResponseLike } from './permit';
 export type { BreakerChangedEvent, DeniedEvent, EventListener, GovernorEvent, ProviderRejectedEvent } from './events';
 export type {
   ClassMetrics,

@@ -5,6 +5,9 @@
 import * as native from '../index.js';
 
 export default native;
+
+/** The addon's governor, which every public wrapper holds. */
+export type NativeGovernor = InstanceType<typeof native.NativeGovernor>;
 export type {
   Advice,
   AdviceReason,
