@@ -60,7 +60,7 @@ impl Breaker {
     /// breaker shut for the others until the probe answers or the current
     /// pause passes again (a probe lost without an answer is replaced).
     pub fn claim_probe(&self, adaptive: &Adaptive, until: u64, now: u64) -> bool {
-        let hold = now.saturating_add(self.pause(adaptive)).max(1);
+        let hold = self.hold(adaptive, now);
         let claimed = self.open_until.compare_exchange(until, hold, Ordering::AcqRel, Ordering::Acquire).is_ok();
         if claimed {
             self.probing.store(true, Ordering::Release);
@@ -68,11 +68,28 @@ impl Breaker {
         claimed
     }
 
-    /// Gives back a probe claimed at `until` whose request was refused
-    /// locally by another limit, so that the next request may probe.
+    /// Gives back a probe claimed at `now` after the pause that ended at
+    /// `until`, whose request another limit refused, so that the next
+    /// request may probe.
     pub fn release_probe(&self, adaptive: &Adaptive, until: u64, now: u64) {
-        let hold = now.saturating_add(self.pause(adaptive)).max(1);
-        if self.open_until.compare_exchange(hold, until, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        self.give_back(self.hold(adaptive, now), until);
+    }
+
+    /// Gives back the probe a permit claimed at `claimed_at` and cancelled
+    /// at `now`: its request was never sent, so no answer will come.
+    pub fn return_probe(&self, adaptive: &Adaptive, claimed_at: u64, now: u64) {
+        self.give_back(self.hold(adaptive, claimed_at), now.max(1));
+    }
+
+    /// Until when a probe claimed at `at` holds the breaker shut.
+    fn hold(&self, adaptive: &Adaptive, at: u64) -> u64 {
+        at.saturating_add(self.pause(adaptive)).max(1)
+    }
+
+    /// Reopens the probe if the breaker is still held by the probe that
+    /// set `hold` (an answer, or a later probe, has moved it on otherwise).
+    fn give_back(&self, hold: u64, to: u64) {
+        if self.open_until.compare_exchange(hold, to, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             self.probing.store(false, Ordering::Release);
         }
     }
@@ -106,7 +123,7 @@ impl Breaker {
     fn open(&self, adaptive: &Adaptive, now: u64) -> bool {
         self.opened_at.store(now, Ordering::Release);
         self.failures.store(0, Ordering::Relaxed);
-        self.open_until.store(now.saturating_add(self.pause(adaptive)).max(1), Ordering::Release);
+        self.open_until.store(self.hold(adaptive, now), Ordering::Release);
         true
     }
 

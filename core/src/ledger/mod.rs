@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use breaker::Gate;
+use breaker::{Breaker, Gate};
 use limit::{Limit, PacedCharges, TtlSlots};
 use pending::Pending;
 use permit::{Permit, PermitState, Request, Route};
@@ -236,9 +236,8 @@ impl Ledger {
                 return Err(self.counted::<COUNTED>(error));
             }
         }
-        if probes {
-            self.claim_probes(scopes, &costs, now, &mut paced).map_err(|e| self.counted::<COUNTED>(e))?;
-        }
+        let probe =
+            probes && self.claim_probes(scopes, &costs, now, &mut paced).map_err(|e| self.counted::<COUNTED>(e))?;
         let index = self.ttl.index(now);
         self.pending.admitted(request.route.id, index, &CostParts::of(&costs));
         Ok(Permit {
@@ -251,6 +250,7 @@ impl Ledger {
             ttl_slot: index,
             expires_at: self.ttl.expires_at(index),
             state: PermitState::Pending,
+            probe,
         })
     }
 
@@ -279,20 +279,22 @@ impl Ledger {
 
     /// A fully reserved request on a route with breakers whose pause is
     /// over goes as their probe, if it claims every one first; otherwise it
-    /// takes nothing and waits for the probes out.
+    /// takes nothing and waits for the probes out. True if it claimed any
+    /// (an answer may have closed them all meanwhile).
     #[cold]
-    fn claim_probes(&self, scopes: &[Arc<Scope>], costs: &Costs, now: u64, paced: &mut PacedCharges) -> Result<()> {
+    fn claim_probes(&self, scopes: &[Arc<Scope>], costs: &Costs, now: u64, paced: &mut PacedCharges) -> Result<bool> {
         let adaptive = &self.registry.adaptive;
-        let mut claimed: Vec<&Scope> = Vec::new();
+        // Each claimed breaker with the end of its own pause, to give back.
+        let mut claimed: Vec<(&Breaker, u64)> = Vec::new();
         for scope in scopes {
             let Some(adaptation) = scope.adaptation.as_deref() else { continue };
-            match adaptation.breaker.gate(now) {
+            let breaker = &adaptation.breaker;
+            match breaker.gate(now) {
                 Gate::Closed => continue,
-                Gate::Probe(until) if adaptation.breaker.claim_probe(adaptive, until, now) => claimed.push(scope),
-                Gate::Probe(until) | Gate::Open(until) => {
-                    for taken in &claimed {
-                        let breaker = &taken.adaptation.as_deref().expect("claimed").breaker;
-                        breaker.release_probe(adaptive, until, now);
+                Gate::Probe(until) if breaker.claim_probe(adaptive, until, now) => claimed.push((breaker, until)),
+                Gate::Probe(_) | Gate::Open(_) => {
+                    for (taken, until) in &claimed {
+                        taken.release_probe(adaptive, *until, now);
                     }
                     let last = scopes.len() - 1;
                     self.rollback(scopes, last, scopes[last].limits.len(), costs, now, paced);
@@ -304,7 +306,7 @@ impl Ledger {
                 }
             }
         }
-        Ok(())
+        Ok(!claimed.is_empty())
     }
 
     #[cold]
@@ -364,7 +366,21 @@ impl Ledger {
 
     /// Refunds everything a permit reserved: its request was never sent.
     pub fn cancel(&self, permit: &mut Permit, now: u64) -> Result<()> {
-        self.finish(permit, None, PermitState::Cancelled, now)
+        self.finish(permit, None, PermitState::Cancelled, now)?;
+        if permit.probe {
+            self.return_probes(permit, now);
+        }
+        Ok(())
+    }
+
+    /// Gives back the probes a cancelled permit held: its request was never
+    /// sent, so no answer will close or reopen those breakers.
+    #[cold]
+    fn return_probes(&self, permit: &Permit, now: u64) {
+        let adaptations = self.registry.route(permit.route.id).iter().filter_map(|s| s.adaptation.as_deref());
+        for adaptation in adaptations {
+            adaptation.breaker.return_probe(&self.registry.adaptive, permit.acquired_at, now);
+        }
     }
 
     /// Charges `tokens` more streamed output as it arrives. Output within the

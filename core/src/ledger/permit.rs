@@ -170,6 +170,9 @@ pub struct Permit {
     pub(crate) ttl_slot: u64,
     pub(crate) expires_at: u64,
     pub(crate) state: PermitState,
+    /// Whether it went as the probe of an open breaker: cancelled, it gives
+    /// the probe back.
+    pub(crate) probe: bool,
 }
 
 impl Permit {

@@ -1,0 +1,82 @@
+//! Probes of provider scopes' circuit breakers: a probe not sent is given
+//! back, to the breaker it was claimed from, so that the next request may go
+//! as the probe at once rather than after a further pause.
+
+use std::sync::{Arc, Barrier};
+
+use llmgov::{classify_response, Config, Error, Ledger, ProviderHint, Request};
+use serde_json::json;
+
+const SEC: u64 = 1_000_000_000;
+
+fn failure() -> llmgov::feedback::Classification {
+    classify_response(503, &[("x", "y")], b"", ProviderHint::Auto, 0)
+}
+
+#[test]
+fn a_cancelled_probe_is_given_back() {
+    let config = Config::from_value(json!({
+        "adaptive": {"breaker": {"failures": 1, "pauses": ["30s"]}},
+        "scopes": {"a": {"provider": true, "limits": [{"dimension": "requests", "amount": 1000, "window": "1m"}]}}
+    }))
+    .unwrap();
+    let ledger = Ledger::new(&config).unwrap();
+    let route = ledger.route(&["a"]).unwrap();
+    ledger.observe(route, &failure(), 0).unwrap();
+    let now = 31 * SEC;
+    let mut probe = ledger.try_acquire(&Request::new(route), now).unwrap();
+    assert!(
+        matches!(ledger.try_acquire(&Request::new(route), now), Err(Error::CircuitOpen { .. })),
+        "one probe at a time"
+    );
+    ledger.cancel(&mut probe, now).unwrap();
+    let mut next = ledger.try_acquire(&Request::new(route), now + 1).expect("the next request goes as the probe");
+    // It is the probe now: the breaker is held for the others again.
+    assert!(matches!(ledger.try_acquire(&Request::new(route), now + 2), Err(Error::CircuitOpen { .. })));
+    // A settled probe is not given back: its answer decides.
+    ledger.settle(&mut next, llmgov::Usage::new(0, 0), now + 3).unwrap();
+    assert!(matches!(ledger.try_acquire(&Request::new(route), now + 4), Err(Error::CircuitOpen { .. })));
+}
+
+/// When a request claims `a`'s probe and then loses `b`'s to another
+/// thread, it gives `a`'s back with `a`'s own pause end; given `b`'s, `a`
+/// stayed held shut with no probe out. A race: tried many times.
+#[test]
+fn a_probe_given_back_after_losing_another_is_free_again() {
+    // B has many limits, widening the window between its gate in the
+    // reservation loop and its claim.
+    let many: Vec<_> =
+        (0..64).map(|i| json!({"dimension": "requests", "amount": 1_000_000 + i, "window": "1m"})).collect();
+    let config = Config::from_value(json!({
+        "adaptive": {"breaker": {"failures": 1, "pauses": ["1s"]}},
+        "scopes": {
+            "a": {"provider": true, "limits": [{"dimension": "requests", "amount": 1_000_000, "window": "1m"}]},
+            "b": {"provider": true, "limits": many},
+        }
+    }))
+    .unwrap();
+    let (mut races, mut held_shut) = (0, 0);
+    for _ in 0..3_000 {
+        let ledger = Arc::new(Ledger::new(&config).unwrap());
+        let (ab, a, b) =
+            (ledger.route(&["a", "b"]).unwrap(), ledger.route(&["a"]).unwrap(), ledger.route(&["b"]).unwrap());
+        ledger.observe(ab, &failure(), 0).unwrap();
+        let now = 2 * SEC;
+        let barrier = Arc::new(Barrier::new(2));
+        let other = {
+            let (ledger, barrier) = (ledger.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                ledger.try_acquire(&Request::new(b), now)
+            })
+        };
+        barrier.wait();
+        let both = ledger.try_acquire(&Request::new(ab), now);
+        let lost_b = matches!(&both, Err(Error::CircuitOpen { scope, .. }) if &**scope == "b");
+        if lost_b && other.join().unwrap().is_ok() {
+            races += 1;
+            held_shut += usize::from(ledger.try_acquire(&Request::new(a), now).is_err());
+        }
+    }
+    assert_eq!(held_shut, 0, "`a` held shut with no probe out in {held_shut} of {races} races");
+}
