@@ -75,6 +75,32 @@ fn a_429_that_names_nothing_cools_every_bucket_of_the_provider_scope() {
 }
 
 #[test]
+fn a_retry_after_longer_than_a_window_holds_each_bucket_for_its_window_at_most() {
+    let (gov, clock) = gov();
+    let route = gov.route(&["openai/org"]).unwrap();
+    let absurd = [("retry-after", "99999999999")];
+    gov.observe(route, &classify_response(429, &absurd, b"", ProviderHint::Auto, NOW_UNIX_MS)).unwrap();
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(available(&gov, "openai/org", Dimension::Requests, 60_000), 0, "the minute's bucket, held a minute");
+    assert!(available(&gov, "openai/org", Dimension::Requests, 86_400_000) < 0, "the day's, held on");
+    clock.advance(Duration::from_secs(86_400));
+    let after = gov.try_acquire(&Request::new(route));
+    assert!(after.is_ok(), "free again after its longest window: {after:?}");
+}
+
+#[test]
+fn a_limit_header_of_zero_is_ignored() {
+    let (gov, _clock) = gov();
+    let route = gov.route(&["openai/org"]).unwrap();
+    let headers = [("x-ratelimit-limit-requests", "0")];
+    gov.observe(route, &classify_response(200, &headers, b"{}", ProviderHint::OpenAi, NOW_UNIX_MS)).unwrap();
+    let snapshot = gov.scope_snapshot(gov.scope_id("openai/org").unwrap()).unwrap();
+    let requests = snapshot.limits.iter().find(|l| l.window_ms == Some(60_000) && l.dimension == Dimension::Requests);
+    assert_eq!(requests.unwrap().effective_amount, Some(600), "a provider enforcing 0 would refuse everything");
+    assert_eq!((0..10).filter(|_| gov.try_acquire(&Request::new(route)).is_ok()).count(), 10);
+}
+
+#[test]
 fn report_classifies_and_feeds_back_a_permits_answer() {
     let (gov, _clock) = gov();
     let route = gov.route(&["openai/org"]).unwrap();

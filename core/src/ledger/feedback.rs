@@ -62,11 +62,13 @@ impl Ledger {
     /// route's provider scopes (scopes configured with `provider = true`;
     /// other scopes are llmgov's own budgets):
     /// - a `limit` header sets a token bucket's amount where the config left
-    ///   it unset, or lowers it where the provider's is lower (discovery);
+    ///   it unset, or lowers it where the provider's is lower (discovery; a
+    ///   limit of 0 is ignored);
     /// - a `remaining` count lower than a bucket believes takes it down to it;
     /// - a 429 rate limit empties the bucket of the dimension it names (every
     ///   bucket of the provider scope when it names none), holds it empty
-    ///   until the retry-after (else that dimension's reset, else 1 s), and
+    ///   until the retry-after (else that dimension's reset, else 1 s; for
+    ///   one window at most: longer is another limit's wait), and
     ///   multiplies its rate by the AIMD decrease; a window with successes
     ///   adds a step back;
     /// - consecutive failures (429s, 5xx, 529) open the scope's breaker, and

@@ -313,7 +313,11 @@ impl Limit {
             }
         }
         if let Some(until) = word.cool_until {
-            p.cool_down(tat, until);
+            // A bucket held empty for a whole window has given nothing in
+            // it: a longer retry-after is another limit's wait (or absurd:
+            // `retry-after: 99999999999`) and must not freeze this one.
+            let window_later = now.saturating_add(self.window_ns.unwrap_or(u64::MAX));
+            p.cool_down(tat, until.min(window_later));
         }
         discovered || word.remaining.is_some() || word.cool_until.is_some()
     }

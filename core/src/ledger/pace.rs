@@ -131,8 +131,12 @@ impl Pace {
 
     /// Takes the provider's own limit (per window) as the base amount: where
     /// the config left it unset, or where it is lower than configured.
-    /// Returns whether the base changed.
+    /// Returns whether the base changed. A reported limit of 0 is no limit
+    /// a provider enforces (it would refuse everything): it is ignored.
     pub fn discover(&self, shape: Shape, reported: u64) -> bool {
+        if reported == 0 {
+            return false;
+        }
         let amount = ((reported as f64 * shape.margin).floor() as u64).clamp(1, AMOUNT_MASK);
         let target = if !shape.discovered && amount >= shape.amount { 0 } else { amount };
         self.update(|rate, base| (base != target).then_some((rate, target)))
