@@ -60,11 +60,14 @@ enum Command {
         host: String,
     },
     /// Shows a governor's live state: per scope and limit a utilisation
-    /// bar, the admission counters and the queues. Reads the JSON of
-    /// `snapshot()` (or `{"snapshot": …, "queues": …}`) that an application
+    /// bar, the admission counters, refusals and the queues. Reads the JSON
+    /// of a governor's `metrics()` (Rust: `serde_json` of
+    /// `Governor::metrics()`; Python: `json.dumps(gov.metrics())`; Node:
+    /// `gov.metricsJson()`; C: `llmgov_governor_metrics_json`; Go:
+    /// `MetricsJSON()`), or of a bare `snapshot()`, that an application
     /// writes to a file or serves over HTTP.
     Top {
-        /// A file path, or an http:// URL.
+        /// A file path, or an http:// (or https://) URL serving that JSON.
         source: String,
         /// Draw once and exit (otherwise redraw every `--every`).
         #[arg(long)]
