@@ -52,18 +52,21 @@ impl Cost {
         }
     }
 
+    /// Adds `other`, saturating: a backlog never wraps.
     pub fn add(&mut self, other: &Cost) {
-        self.requests += other.requests;
+        self.requests = self.requests.saturating_add(other.requests);
         self.input = self.input.saturating_add(other.input);
         self.max_output = self.max_output.saturating_add(other.max_output);
         self.expected_output = self.expected_output.saturating_add(other.expected_output);
     }
 
+    /// Takes `other` back out, saturating at zero as [`Self::add`] does at
+    /// the top: a backlog that saturated comes back down without wrapping.
     pub fn sub(&mut self, other: &Cost) {
-        self.requests -= other.requests;
-        self.input -= other.input;
-        self.max_output -= other.max_output;
-        self.expected_output -= other.expected_output;
+        self.requests = self.requests.saturating_sub(other.requests);
+        self.input = self.input.saturating_sub(other.input);
+        self.max_output = self.max_output.saturating_sub(other.max_output);
+        self.expected_output = self.expected_output.saturating_sub(other.expected_output);
     }
 
     /// `fraction` (in [0, 1]) of this cost, rounded down.
@@ -226,5 +229,21 @@ impl ClassQueue {
                 *cursor -= 1;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_saturated_backlog_comes_back_down_without_wrapping() {
+        let huge = Cost { requests: 1, input: u64::MAX, max_output: u64::MAX, expected_output: u64::MAX };
+        let mut backlog = Cost::default();
+        backlog.add(&huge);
+        backlog.add(&huge);
+        backlog.sub(&huge);
+        backlog.sub(&huge);
+        assert_eq!(backlog, Cost::default());
     }
 }

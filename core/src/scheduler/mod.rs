@@ -157,7 +157,11 @@ impl Scheduler {
     /// [`Request::deadline`] and its class's maximum wait, whichever is
     /// first. Refused at once with [`Error::QueueFull`] when its class's
     /// queue is full, [`Error::DeadlineExceeded`] when its predicted wait
-    /// is past that, and [`Error::NeverFits`] when no wait can help.
+    /// is past that, and [`Error::NeverFits`] when no wait can help. A
+    /// request the ledger would refuse as invalid (a token count above
+    /// [`crate::MAX_TOKENS`], more cached input than input) is refused with
+    /// the same [`Error::InvalidRequest`], naming the field and its value,
+    /// before it is queued.
     /// Call [`Self::poll`] next: a request that can pass now is admitted there.
     pub fn submit(
         &mut self,
@@ -167,6 +171,9 @@ impl Scheduler {
         deadline: Option<u64>,
         now: u64,
     ) -> Result<WaiterId> {
+        // The ledger validates only at admission: a request queued unchecked
+        // would weigh on predictions and backlogs with impossible counts.
+        request.estimate().validate()?;
         let route = self.route_info(ledger, request.route, now)?;
         let class = self.class(class_name);
         let cost = Cost::of(&request);

@@ -1,0 +1,82 @@
+//! Edges of waiting found in review, each pinned on the manual clock:
+//! invalid requests refused before they queue, waiters that leave, limits
+//! discovered from headers, and share ceilings on requests that never wait.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use llmgov::scheduler::{Outcome, Scheduler};
+use llmgov::{Acquire, Config, Error, Governor, Ledger, ManualClock, Permit, Request};
+use serde_json::json;
+
+fn governor(config: serde_json::Value) -> (Governor, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::new(0));
+    (Governor::with_clock(&Config::from_value(config).unwrap(), clock.clone()).unwrap(), clock)
+}
+
+fn poll(future: &mut Acquire) -> Poll<llmgov::Result<Permit>> {
+    Pin::new(future).poll(&mut Context::from_waker(Waker::noop()))
+}
+
+/// One request a minute on scope `p`.
+fn one_a_minute() -> serde_json::Value {
+    json!({"scopes": {"p": {"limits": [{"dimension": "requests", "amount": 1, "window": "1m"}]}}})
+}
+
+fn assert_invalid(result: llmgov::Result<impl std::fmt::Debug>, field: &str, value: &str) {
+    match result {
+        Err(Error::InvalidRequest { field: f, value: v, .. }) => assert_eq!((f, v.as_str()), (field, value)),
+        other => panic!("expected invalid_request on {field} = {value}, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_scheduler_refuses_an_invalid_request_before_queueing_it() {
+    let config = Config::from_value(one_a_minute()).unwrap();
+    let ledger = Ledger::new(&config).unwrap();
+    let mut scheduler = Scheduler::new(&config).unwrap();
+    let route = ledger.route(&["p"]).unwrap();
+    let _first = ledger.try_acquire(&Request::new(route), 0).unwrap();
+    let deadline = Some(300_000_000_000);
+    scheduler.submit(&ledger, Request::new(route), "", deadline, 0).unwrap();
+    // The same error, field and value as the ledger gives at admission.
+    let huge = Request::new(route).input_tokens(u64::MAX);
+    assert_invalid(ledger.try_acquire(&huge, 0), "input_tokens", &u64::MAX.to_string());
+    assert_invalid(scheduler.submit(&ledger, huge, "", deadline, 0), "input_tokens", &u64::MAX.to_string());
+    let cached = Request::new(route).input_tokens(10).cached_input_tokens(11);
+    assert_invalid(scheduler.submit(&ledger, cached, "", deadline, 0), "cached_input_tokens", "11");
+    assert_eq!(scheduler.depth(), 1, "only the valid request waits");
+    let mut out: Vec<Outcome> = Vec::new();
+    scheduler.poll(0, &mut |r| ledger.try_acquire(r, 0), &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    // Its deadline passes: the one waiter is refused and taken out.
+    scheduler.poll(400_000_000_000, &mut |r| ledger.try_acquire(r, 400_000_000_000), &mut out);
+    assert_eq!(out.len(), 1);
+    assert!(matches!(out[0], Outcome::Refused { error: Error::DeadlineExceeded { .. }, .. }));
+    assert_eq!(scheduler.depth(), 0);
+}
+
+#[test]
+fn acquire_refuses_an_invalid_request_at_once_while_others_wait() {
+    let (gov, clock) = governor(one_a_minute());
+    let route = gov.route(&["p"]).unwrap();
+    let _first = gov.try_acquire(&Request::new(route)).unwrap();
+    let five_minutes = Duration::from_secs(300);
+    let mut valid = gov.acquire(&Request::new(route).deadline(five_minutes));
+    assert!(valid.is_waiting());
+    for _ in 0..2 {
+        let mut huge = gov.acquire(&Request::new(route).input_tokens(u64::MAX).deadline(five_minutes));
+        assert!(!huge.is_waiting(), "an invalid request must not queue");
+        let Poll::Ready(result) = poll(&mut huge) else { panic!("refused at once") };
+        assert_invalid(result, "input_tokens", &u64::MAX.to_string());
+    }
+    assert_eq!(gov.queue_metrics().depth, 1);
+    // Every deadline passes; the poll that expires the waiter does not panic.
+    clock.advance(Duration::from_secs(400));
+    gov.wake_waiters();
+    assert!(matches!(poll(&mut valid), Poll::Ready(Err(Error::DeadlineExceeded { .. }))));
+    assert_eq!(gov.queue_metrics().depth, 0);
+}
