@@ -9,7 +9,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use llmgov::scheduler::{Outcome, Scheduler};
-use llmgov::{Acquire, Config, Error, Governor, Ledger, ManualClock, Permit, Request};
+use llmgov::{classify_response, Acquire, Config, Error, Governor, Ledger, ManualClock, Permit, ProviderHint, Request};
 use serde_json::json;
 
 fn governor(config: serde_json::Value) -> (Governor, Arc<ManualClock>) {
@@ -79,4 +79,50 @@ fn acquire_refuses_an_invalid_request_at_once_while_others_wait() {
     gov.wake_waiters();
     assert!(matches!(poll(&mut valid), Poll::Ready(Err(Error::DeadlineExceeded { .. }))));
     assert_eq!(gov.queue_metrics().depth, 0);
+}
+
+/// A provider scope whose token limit is left to the provider's headers.
+fn discovered() -> serde_json::Value {
+    json!({"scopes": {"openai": {"provider": true, "limits": [{"dimension": "tokens", "window": "1m"}]}}})
+}
+
+#[test]
+fn a_wait_on_a_discovered_limit_is_predicted_at_the_providers_rate() {
+    let (gov, clock) = governor(discovered());
+    let route = gov.route(&["openai"]).unwrap();
+    let headers = [("x-ratelimit-limit-tokens", "30000"), ("x-ratelimit-remaining-tokens", "30000")];
+    gov.observe(route, &classify_response(200, &headers, b"{}", ProviderHint::OpenAi, 0)).unwrap();
+    let limit = &gov.snapshot().scopes[0].limits[0];
+    assert_eq!((limit.amount, limit.effective_amount), (0, Some(30_000)));
+    let _all = gov.try_acquire(&Request::new(route).input_tokens(30_000)).unwrap();
+    // 500 tokens refill in 1 s at 30000 a minute; the request may wait 10 s.
+    let mut small = gov.acquire(&Request::new(route).input_tokens(500).deadline(Duration::from_secs(10)));
+    assert!(small.is_waiting(), "refused at once: {:?}", poll(&mut small));
+    assert_eq!(gov.wake_waiters(), Some(Duration::from_secs(1)));
+    clock.advance(Duration::from_millis(999));
+    gov.wake_waiters();
+    assert!(poll(&mut small).is_pending());
+    clock.advance(Duration::from_millis(1));
+    gov.wake_waiters();
+    assert!(matches!(poll(&mut small), Poll::Ready(Ok(_))));
+}
+
+#[test]
+fn a_wait_on_an_undiscovered_limit_is_predicted_at_a_request_a_window() {
+    let (gov, clock) = governor(discovered());
+    let route = gov.route(&["openai"]).unwrap();
+    let _first = gov.try_acquire(&Request::new(route).input_tokens(500)).unwrap();
+    let request = Request::new(route).input_tokens(500);
+    // The next request goes a window later: refused at once with less patience.
+    match gov.acquire_blocking(&request.deadline(Duration::from_secs(59)), None) {
+        Err(Error::DeadlineExceeded { waited, retry_after, .. }) => {
+            assert_eq!((waited, retry_after), (Duration::ZERO, Some(Duration::from_secs(60))))
+        }
+        other => panic!("expected a refusal at once, got {other:?}"),
+    }
+    let mut next = gov.acquire(&request.deadline(Duration::from_secs(60)));
+    assert!(next.is_waiting(), "refused at once: {:?}", poll(&mut next));
+    clock.advance(Duration::from_secs(60));
+    gov.wake_waiters();
+    assert!(matches!(poll(&mut next), Poll::Ready(Ok(_))));
 }

@@ -63,7 +63,9 @@ fn share_of(settings: &WaitingSettings, path: &str) -> Option<ShareSettings> {
 /// route needs to refill what is queued ahead of it (all of any class of
 /// higher or equal priority, its own flow's backlog, and of each other flow
 /// of its class what deficit round robin serves first) plus its own cost.
-/// Only flows whose head shares a scope with the route count. Concurrency
+/// Only flows whose head shares a scope with the route count. Each limit
+/// refills at its effective amount (what AIMD, slow start and discovery
+/// left); one still undiscovered, at a request a window. Concurrency
 /// limits are not predicted (they wait on releases). A cost above a limit's
 /// burst is [`Error::NeverFits`].
 pub(crate) fn predicted_wait(
@@ -96,7 +98,13 @@ pub(crate) fn predicted_wait(
             (ahead.on(limit.dimension, limit.reserves_expected) as i128 + mine as i128) - state.available as i128;
         if need > 0 {
             let window_ns = state.window_ms.unwrap_or(0) as i128 * 1_000_000;
-            let ns = (need * window_ns).div_euclid(state.amount.max(1) as i128);
+            // The rate enforced now: after AIMD and slow start, and on a
+            // limit left to discovery, the provider's (`amount` is 0 there).
+            let ns = match state.effective_amount.unwrap_or(state.amount) {
+                // Still undiscovered: the ledger admits one request a window.
+                0 => (ahead.requests as i128 + 1) * window_ns,
+                rate => (need * window_ns).div_euclid(rate as i128),
+            };
             wait = wait.max(ns.min(u64::MAX as i128) as u64);
         }
     }
