@@ -6,6 +6,7 @@ governor's ledger reconciles exactly with what the server charged."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, Dict, List
 
 import anthropic
@@ -283,3 +284,105 @@ async def test_not_retryable_answer_is_returned_and_refunded(mock_server_factory
         response = await client.post("http://x/v1/chat/completions", json={"model": "gpt-4o", "messages": [], "max_tokens": 50})
     assert response.status_code == status
     assert limit_in_use(gov, "p", "tokens") == 0
+
+
+# Odd answers from a provider: the call's outcome is the provider's, and the
+# permit never stays pending (reserved until its TTL).
+
+ODD_GOVERNOR = {"scopes": {"p": {"limits": [{"dimension": "tokens", "amount": 100000, "window": "1m"}]}}}
+ODD_BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 100}
+
+
+def tokens_held(gov: llmgov.Governor) -> "tuple[int, int]":
+    """(reserved by pending permits, used by settled ones) on scope `p`."""
+    limit = gov.snapshot()["scopes"][0]["limits"][0]
+    return limit["reserved"], limit["used"]
+
+
+def settled_as(answer: Dict[str, Any]) -> "tuple[int, int]":
+    """What the sync transport leaves on `p` after `answer`."""
+    gov = llmgov.Governor.from_dict(ODD_GOVERNOR, clock="manual")
+    handler = lambda request: httpx.Response(200, json=answer)  # noqa: E731
+    with httpx.Client(transport=GovernedTransport(gov, paths="p", transport=httpx.MockTransport(handler))) as client:
+        assert client.post("http://x/v1/chat/completions", json=ODD_BODY).status_code == 200
+    return tokens_held(gov)
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {},
+        {"total_tokens": 8},
+        {"prompt_tokens": -1, "completion_tokens": 3},
+        {"prompt_tokens": "5", "completion_tokens": 3},
+        {"prompt_tokens": 2**45, "completion_tokens": 3},
+        {"prompt_tokens": 5, "completion_tokens": 2**41},
+    ],
+)
+def test_a_usage_the_governor_refuses_settles_as_estimated(usage: Dict[str, Any]) -> None:
+    estimated = settled_as({"choices": []})
+    assert estimated[0] == 0 and estimated[1] > 100, "no usage: settled as estimated (prompt + max_tokens)"
+    assert settled_as({"choices": [], "usage": usage}) == estimated
+    # A plausible usage is still the one charged.
+    assert settled_as({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}}) == (0, 8)
+
+
+class BrokenBody(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A body cut off midway."""
+
+    def __iter__(self) -> Any:
+        yield b'{"usage":'
+        raise httpx.ReadError("connection reset mid-body")
+
+    async def __aiter__(self) -> Any:
+        yield b'{"usage":'
+        raise httpx.ReadError("connection reset mid-body")
+
+
+@pytest.mark.parametrize(("status", "charged"), [(200, True), (429, False)])
+def test_a_body_read_error_propagates_after_the_permit_is_finished(status: int, charged: bool) -> None:
+    gov = llmgov.Governor.from_dict(ODD_GOVERNOR, clock="manual")
+    handler = lambda request: httpx.Response(status, stream=BrokenBody())  # noqa: E731
+    with httpx.Client(transport=GovernedTransport(gov, paths="p", transport=httpx.MockTransport(handler))) as client:
+        with pytest.raises(httpx.ReadError):
+            client.post("http://x/v1/chat/completions", json=ODD_BODY)
+    reserved, used = tokens_held(gov)
+    assert reserved == 0, "the permit was left pending"
+    # A success is settled as estimated (the provider did the work); a refusal is refunded.
+    assert (used > 100) == charged
+
+
+async def test_an_async_body_read_error_settles_before_it_propagates() -> None:
+    gov = llmgov.Governor.from_dict(ODD_GOVERNOR, clock="manual")
+    handler = lambda request: httpx.Response(200, stream=BrokenBody())  # noqa: E731
+    transport = AsyncGovernedTransport(gov, paths="p", transport=httpx.MockTransport(handler))
+    async with httpx.AsyncClient(transport=transport) as client:
+        with pytest.raises(httpx.ReadError):
+            await client.post("http://x/v1/chat/completions", json=ODD_BODY)
+    reserved, used = tokens_held(gov)
+    assert reserved == 0 and used > 100
+
+
+def test_a_stream_whose_usage_the_governor_refuses_settles_the_output_it_carried() -> None:
+    events = [
+        {"choices": [{"delta": {"content": "hi there"}}]},
+        {"choices": [], "usage": {"prompt_tokens": -1, "completion_tokens": 3}},
+    ]
+    sse = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    gov = llmgov.Governor.from_dict(ODD_GOVERNOR, clock="manual")
+    # A stream not read yet (`content=` would hand the transport an answer already read).
+    handler = lambda request: httpx.Response(200, stream=httpx.ByteStream(sse))  # noqa: E731
+    body = dict(ODD_BODY, stream=True)
+    with httpx.Client(transport=GovernedTransport(gov, paths="p", transport=httpx.MockTransport(handler))) as client:
+        with client.stream("POST", "http://x/v1/chat/completions", json=body) as response:
+            assert response.read() == sse
+    reserved, used = tokens_held(gov)
+    prompt = settled_as({"choices": []})[1] - 100  # the input estimate
+    assert (reserved, used) == (0, prompt + llmgov.count_tokens("hi there", model="gpt-4o"))
+
+
+def test_an_unknown_counting_names_the_field() -> None:
+    gov = llmgov.Governor.from_dict(ODD_GOVERNOR, clock="manual")
+    with pytest.raises(llmgov.InvalidRequest) as raised:
+        GovernedTransport(gov, paths="p", counting="bogus")
+    assert (raised.value.field, raised.value.value, raised.value.code) == ("counting", "'bogus'", "invalid_request")

@@ -39,7 +39,7 @@ class _Governed:
         priority: Optional[int] = None,
     ) -> None:
         if counting not in ("exact", "fast"):
-            raise InvalidRequest(f"invalid request: `counting` = `{counting!r}`: must be \"exact\" or \"fast\"")
+            raise _invalid("counting", counting, 'must be "exact" or "fast"')
         self.governor = governor
         self.fast = counting == "fast"
         self.deadline_ms = deadline_ms
@@ -100,7 +100,8 @@ class _Governed:
     @staticmethod
     def _finish(permit: Permit, response: Any, content: bytes) -> None:
         """Reports the answer, then settles from its usage (as estimated when
-        it has none), or cancels it if the provider refused the request."""
+        it has none, or none the governor accepts), or cancels it if the
+        provider refused the request."""
         permit.report(response.status_code, response.headers, content if response.status_code >= 400 else b"")
         if response.status_code >= 400:
             permit.cancel()
@@ -108,9 +109,39 @@ class _Governed:
         body = _wire.parse_json(content)
         usage = body.get("usage") if body else None
         if isinstance(usage, dict):
-            permit.settle(usage)
+            _settle_reported(permit, {"usage": usage})
         else:
             permit.settle()
+
+    @classmethod
+    def _unread(cls, permit: Permit, response: Any) -> None:
+        """The answer's body could not be read (the connection broke, or the
+        read was cancelled): the permit is finished from the status alone
+        before the error goes on, never left pending. A success settles as
+        estimated (the provider did the work, and may bill it); a refusal is
+        reported without its body and refunded."""
+        cls._finish(permit, response, b"")
+
+
+def _settle_reported(permit: Permit, reported: Dict[str, Any], **otherwise: Any) -> None:
+    """Settles with the usage the provider reported. A report the governor
+    refuses (no counts, a negative, non-integer or absurd one) must not fail
+    a call that succeeded, nor leave its permit pending: the permit is then
+    settled with `otherwise` (as estimated when empty). A refused settle
+    changes nothing, so the second one finds the permit still pending."""
+    try:
+        permit.settle(**reported)
+    except InvalidRequest:
+        permit.settle(**otherwise)
+
+
+def _invalid(field: str, value: Any, reason: str) -> InvalidRequest:
+    """An `InvalidRequest` with the attributes the compiled module's carry
+    (`field`, `value` as Python writes it, `reason`)."""
+    shown = repr(value)
+    error = InvalidRequest(f"invalid request: `{field}` = `{shown}`: {reason}")
+    error.field, error.value, error.reason = field, shown, reason
+    return error
 
 
 def _json_bytes(value: Dict[str, Any]) -> bytes:
@@ -147,7 +178,7 @@ class _SettlingStream:
             self.inner.close()
         finally:
             if self.permit.state == "pending":
-                self.permit.settle(**self.tracker.settle_args())
+                _settle_stream(self.permit, self.tracker)
 
 
 class _AsyncSettlingStream:
@@ -166,7 +197,13 @@ class _AsyncSettlingStream:
             await self.inner.aclose()
         finally:
             if self.permit.state == "pending":
-                self.permit.settle(**self.tracker.settle_args())
+                _settle_stream(self.permit, self.tracker)
+
+
+def _settle_stream(permit: Permit, tracker: _wire.StreamUsage) -> None:
+    """Settles a stream from its usage events, or from the output it carried
+    if the governor refuses what they reported."""
+    _settle_reported(permit, tracker.settle_args(), output_tokens=tracker.output_tokens_seen())
 
 
 def _stream_types(http: Any) -> "tuple[type, type]":
@@ -207,7 +244,11 @@ class SyncGoverned(_Governed):
                 permit.report(response.status_code, response.headers, b"")
                 response.stream = self._stream(response.stream, permit, _wire.StreamUsage(estimate.model))
                 return response
-            answer, body = self._read(response, request)
+            try:
+                answer, body = self._read(response, request)
+            except BaseException:
+                self._unread(permit, response)
+                raise
             if response.status_code not in _RETRIED:
                 self._finish(permit, answer, body)
                 return answer
@@ -263,7 +304,11 @@ class AsyncGoverned(_Governed):
                 permit.report(response.status_code, response.headers, b"")
                 response.stream = self._stream(response.stream, permit, _wire.StreamUsage(estimate.model))
                 return response
-            answer, body = await self._read(response, request)
+            try:
+                answer, body = await self._read(response, request)
+            except BaseException:
+                self._unread(permit, response)
+                raise
             if response.status_code not in _RETRIED:
                 self._finish(permit, answer, body)
                 return answer

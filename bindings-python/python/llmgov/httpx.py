@@ -13,7 +13,12 @@ For each request the transport estimates the prompt's tokens from the request
 JSON (exact BPE counts, or with `counting="fast"` the estimate, which needs no
 BPE and is many times faster) and its `max_tokens`, reserves them, sends, and then
 settles the permit from the response's usage (for streams, from the final
-usage event as it passes; `include_usage=True` asks OpenAI for it). A 429 or
+usage event as it passes; `include_usage=True` asks OpenAI for it). A usage
+the governor refuses (none, a negative, non-integer or absurd count) never
+fails a call the provider served: the permit is settled as estimated (a
+stream's, with the output it carried). An error reading the body goes to the
+caller after the permit is settled as estimated (a success status) or
+refunded (a refusal): no permit is left pending. A 429 or
 5xx answer is reported to the governor with its headers (so the provider
 scopes hold off until the retry-after) and retried as the core's retry
 advice says (`RetryPolicy`: the provider's retry-after, full jitter, a retry
