@@ -184,7 +184,7 @@ impl Governor {
     fn reserve(&self, request: &Request, acquire: impl Fn(&Ledger, &Request, u64) -> Result<Permit>) -> Result<Permit> {
         let now = self.clock.now();
         if self.ledger.reserves_expected_output() && request.expected_output_tokens.is_none() {
-            let expected = self.expected_output(request.route, request.class, Some(request.max_output_tokens));
+            let expected = self.expected_output(request.route, request.class, request.stated_max_output());
             acquire(&self.ledger, &Request { expected_output_tokens: Some(expected), ..*request }, now)
         } else {
             acquire(&self.ledger, request, now)
@@ -378,7 +378,7 @@ impl Governor {
     ) -> Result<std::result::Result<Permit, crate::scheduler::Guard>> {
         let mut request = *request;
         if self.ledger.reserves_expected_output() && request.expected_output_tokens.is_none() {
-            let expected = self.expected_output(request.route, request.class, Some(request.max_output_tokens));
+            let expected = self.expected_output(request.route, request.class, request.stated_max_output());
             request.expected_output_tokens = Some(expected);
         }
         let name = self.learning.name(request.class);

@@ -74,3 +74,35 @@ fn only_output_counting_limits_reserve_output() {
     let err = Config::from_value(config).unwrap().validate().unwrap_err().to_string();
     assert!(err.contains("limits[0].reserve_output") && err.contains("expected"), "{err}");
 }
+
+#[test]
+fn a_request_stating_no_max_tokens_reserves_the_configured_default_on_expected_limits() {
+    let config = json!({
+        "output": {"default_max_tokens": 1024},
+        "scopes": {
+            "provider": {"limits": [{"dimension": "output_tokens", "amount": 10_000, "window": "1m"}]},
+            "tenants/*": {"limits": [{"dimension": "tokens", "amount": 10_000, "window": "1m", "reserve_output": "expected"}]},
+        },
+    });
+    let gov = Governor::with_clock(&Config::from_value(config).unwrap(), Arc::new(ManualClock::new(0))).unwrap();
+    let route = gov.route(&["tenants/a", "provider"]).unwrap();
+    let mut permit = gov.try_acquire(&Request::new(route).input_tokens(100)).unwrap();
+    assert_eq!(permit.charged_expected_output(), 1024, "not 0: the answer's length is unbounded");
+    assert_eq!(in_use(&gov, "tenants/a", Dimension::Tokens), 1124);
+    assert_eq!(in_use(&gov, "provider", Dimension::OutputTokens), 0, "max_tokens limits reserve what is stated");
+    gov.settle(&mut permit, Usage::new(100, 300)).unwrap();
+    assert_eq!(in_use(&gov, "tenants/a", Dimension::Tokens), 400);
+    assert_eq!(in_use(&gov, "provider", Dimension::OutputTokens), 300);
+}
+
+#[test]
+fn an_expected_output_beyond_any_request_is_refused_by_name() {
+    let gov = gov();
+    let route = gov.route(&["tenants/a"]).unwrap();
+    let error = gov.try_acquire(&Request::new(route).expected_output_tokens(u64::MAX)).unwrap_err();
+    assert!(
+        matches!(&error, llmgov::Error::InvalidRequest { field: "expected_output_tokens", value, .. } if value == &u64::MAX.to_string()),
+        "{error}"
+    );
+    assert_eq!(in_use(&gov, "tenants/a", Dimension::Tokens), 0);
+}

@@ -192,8 +192,8 @@ impl Ledger {
     /// [`Self::try_acquire`], counting its refusal if `COUNTED`.
     fn acquire<const COUNTED: bool>(&self, request: &Request, now: u64) -> Result<Permit> {
         self.check_route(request.route)?;
+        request.validate()?;
         let estimate = request.estimate();
-        estimate.validate()?;
         let expected_output = request.expected_output();
         let route = self.registry.route_entry(request.route.id);
         let costs = Costs::of(&estimate, expected_output, route.price.as_ref());

@@ -1,6 +1,7 @@
 //! Permits: the caller's handle on a reservation, and the request that made it.
 
 use super::registry::RouteId;
+use crate::dimension::{too_many_tokens, MAX_TOKENS};
 use crate::Usage;
 
 /// Where a permit stands. Only a pending permit can be reconciled.
@@ -61,7 +62,11 @@ pub struct Request {
     /// Part of `input_tokens` expected to be read from the prompt cache.
     pub cached_input_tokens: u64,
     /// The request's `max_tokens`: the output reserved on limits that
-    /// reserve `max_tokens`, and a cap on every output charge.
+    /// reserve `max_tokens`, and a cap on the expected output. 0: the
+    /// request states none (providers refuse `max_tokens = 0`), so limits
+    /// that reserve `max_tokens` reserve no output until it streams or
+    /// settles, and the [`crate::Governor`] reserves the learned quantile,
+    /// else `output.default_max_tokens`, on limits that reserve the expected.
     pub max_output_tokens: u64,
     /// The output expected (e.g. a quantile of this route's past outputs),
     /// reserved instead of `max_output_tokens` on limits configured with
@@ -138,9 +143,29 @@ impl Request {
     }
 
     /// What limits that reserve the expected output reserve: never more
-    /// than `max_output_tokens`.
+    /// than `max_output_tokens`, where the request states one.
     pub(crate) fn expected_output(&self) -> u64 {
-        self.expected_output_tokens.map_or(self.max_output_tokens, |e| e.min(self.max_output_tokens))
+        match (self.expected_output_tokens, self.max_output_tokens) {
+            (None, max) => max,
+            (Some(expected), 0) => expected,
+            (Some(expected), max) => expected.min(max),
+        }
+    }
+
+    /// Checks the counts: each within [`crate::dimension::MAX_TOKENS`], the
+    /// cached part within the input.
+    #[inline]
+    pub(crate) fn validate(&self) -> crate::Result<()> {
+        self.estimate().validate()?;
+        match self.expected_output_tokens {
+            Some(expected) if expected > MAX_TOKENS => Err(too_many_tokens("expected_output_tokens", expected)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The `max_tokens` the request states, if any.
+    pub(crate) fn stated_max_output(&self) -> Option<u64> {
+        (self.max_output_tokens > 0).then_some(self.max_output_tokens)
     }
 
     pub(crate) fn estimate(&self) -> Usage {
