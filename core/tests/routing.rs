@@ -108,9 +108,49 @@ fn profile_config_errors_name_the_field() {
         json!({"a": {"deployments": ["p"], "fallback": "b"}, "b": {"deployments": ["p"], "fallback": "a"}}),
         "profiles.a.fallback",
     );
+    bad(
+        json!({
+            "a": {"deployments": ["p"], "fallback": "b"},
+            "b": {"deployments": ["p"], "budget": {"degrade_at": 0.5, "degrade_to": "c"}},
+            "c": {"deployments": ["p"], "fallback": "b"},
+        }),
+        "profiles.a.fallback",
+    );
     let gov = Governor::from_json(
         r#"{"scopes": {"p": {"limits": [{"dimension": "requests", "amount": 1, "window": "1m"}]}}}"#,
     )
     .unwrap();
     assert!(matches!(gov.profile("nope", &[] as &[&str]), Err(Error::InvalidRequest { field: "profile", .. })));
+}
+
+/// A chain where each profile falls back to the next and degrades to the
+/// one after has Fibonacci(n) paths: checking it for cycles walks each
+/// profile once, not each path (60 profiles took centuries before).
+#[test]
+fn long_fallback_chains_are_checked_in_linear_walks() {
+    let chain = |n: usize, last_back_to_first: bool| {
+        let profiles: serde_json::Map<_, _> = (0..n)
+            .map(|i| {
+                let mut profile = json!({"deployments": ["p"]});
+                if i + 1 < n {
+                    profile["fallback"] = json!(format!("m{}", i + 1));
+                } else if last_back_to_first {
+                    profile["fallback"] = json!("m0");
+                }
+                if i + 2 < n {
+                    profile["budget"] = json!({"degrade_at": 0.5, "degrade_to": format!("m{}", i + 2)});
+                }
+                (format!("m{i}"), profile)
+            })
+            .collect();
+        let scopes = json!({"p": {"limits": [{"dimension": "requests", "amount": 1, "window": "1m"}]}});
+        Config::from_value(json!({"scopes": scopes, "profiles": profiles})).unwrap().validate()
+    };
+    assert!(chain(60, false).is_ok());
+    match chain(60, true) {
+        Err(Error::InvalidConfig { reason, .. }) => {
+            assert!(reason.starts_with("leads back in a cycle: m0 → m1"), "{reason}")
+        }
+        other => panic!("expected the cycle, got {other:?}"),
+    }
 }

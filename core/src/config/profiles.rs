@@ -1,7 +1,7 @@
 //! Model profiles: the deployments that can serve a model, and where to
 //! fall back when none can.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -115,21 +115,36 @@ fn validate_budget(
 
 /// Fallbacks and degradations never lead back to where they started.
 fn check_acyclic(name: &str, profiles: &BTreeMap<String, ProfileConfig>, field: &dyn Fn(&str) -> String) -> Result<()> {
-    let next = |p: &str| {
-        let config = &profiles[p];
-        let degrade = config.budget.as_ref().and_then(|b| b.degrade_to.as_deref());
-        [config.fallback.as_deref(), degrade].into_iter().flatten().collect::<Vec<_>>()
-    };
-    // Depth-first over both kinds of edge, with the path walked so far.
-    let mut stack = vec![vec![name]];
-    while let Some(path) = stack.pop() {
-        for step in next(path[path.len() - 1]) {
-            if step == name || path.contains(&step) {
-                let walk = path.iter().chain([&step]).copied().collect::<Vec<_>>().join(" → ");
-                return Err(Error::config(field("fallback"), step, format!("leads back in a cycle: {walk}")));
+    match cycle_from(name, profiles, &mut Vec::new(), &mut BTreeSet::new()) {
+        Some((step, walk)) => Err(Error::config(field("fallback"), step, format!("leads back in a cycle: {walk}"))),
+        None => Ok(()),
+    }
+}
+
+/// Depth first over both kinds of edge from `profile`, with the `path`
+/// walked to it; a profile `done` has no cycle below it, so each is walked
+/// once (walking every path took time exponential in the profiles). The
+/// step that closes a cycle, and the cycle.
+fn cycle_from<'a>(
+    profile: &'a str,
+    profiles: &'a BTreeMap<String, ProfileConfig>,
+    path: &mut Vec<&'a str>,
+    done: &mut BTreeSet<&'a str>,
+) -> Option<(&'a str, String)> {
+    let config = &profiles[profile];
+    let degrade = config.budget.as_ref().and_then(|b| b.degrade_to.as_deref());
+    path.push(profile);
+    for step in [config.fallback.as_deref(), degrade].into_iter().flatten() {
+        if path.contains(&step) {
+            return Some((step, path.iter().chain([&step]).copied().collect::<Vec<_>>().join(" → ")));
+        }
+        if !done.contains(step) {
+            if let Some(cycle) = cycle_from(step, profiles, path, done) {
+                return Some(cycle);
             }
-            stack.push(path.iter().copied().chain([step]).collect());
         }
     }
-    Ok(())
+    path.pop();
+    done.insert(profile);
+    None
 }
