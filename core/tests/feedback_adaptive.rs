@@ -280,6 +280,13 @@ fn adaptive_config_errors_name_the_field_and_value() {
         "scopes.p.limits[0].amount",
         "",
     );
+    // Headers state limits per minute or per day: a limit in another window
+    // would never learn its amount.
+    bad(
+        json!({"scopes": {"p": {"provider": true, "limits": [{"dimension": "requests", "window": "1h"}]}}}),
+        "scopes.p.limits[0].window",
+        "1h",
+    );
 }
 
 #[test]

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::{Algorithm, Config, LimitConfig, OutputReservation};
 use crate::dimension::CostKind;
+use crate::ledger::feedback::{DAY_NS, MINUTE_NS};
 use crate::ledger::gcra::{GcraParams, MAX_DEBT_NS};
 use crate::ledger::limit::{Limit, Rule, SlotWidth};
 use crate::ledger::registry::{ScopeSpec, Template};
@@ -307,8 +308,12 @@ fn discovered_limit(at: &dyn Fn(&str) -> String, limit: &LimitConfig, margin: f6
         Error::config(at("window"), "", "a discovered limit needs the window its provider counts in, e.g. \"1m\"")
     })?;
     let window_ns = parse_duration(&at("window"), window_text)?;
-    if window_ns > MAX_WINDOW_NS {
-        return Err(Error::config(at("window"), window_text, "must be at most 400 days"));
+    if window_ns != MINUTE_NS && window_ns != DAY_NS {
+        return Err(Error::config(
+            at("window"),
+            window_text,
+            "a discovered limit learns its amount from `limit` headers, which state it per minute or per day: \"1m\" or \"1d\"",
+        ));
     }
     Ok(Limit {
         dimension: limit.dimension,

@@ -12,8 +12,10 @@ use crate::{Dimension, Result};
 /// Windows at least this long hold daily quotas; shorter ones the
 /// per-minute limits that providers report without saying "daily".
 const DAILY_WINDOW_NS: u64 = 3_600_000_000_000;
-const MINUTE_NS: u64 = 60_000_000_000;
-const DAY_NS: u64 = 24 * 60 * MINUTE_NS;
+/// The windows providers' `limit` headers state amounts in: a discovered
+/// limit has one of them (see [`states_amount_of`]).
+pub(crate) const MINUTE_NS: u64 = 60_000_000_000;
+pub(crate) const DAY_NS: u64 = 24 * 60 * MINUTE_NS;
 
 /// How long a 429 that says nothing of when to come back holds a bucket.
 const DEFAULT_COOLDOWN_MS: u64 = 1_000;
