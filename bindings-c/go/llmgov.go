@@ -68,7 +68,7 @@ func WithClock(clock *ManualClock) Option {
 // FromTOML builds a governor from a TOML configuration. A bad config is an
 // *Error with code ErrInvalidConfig naming the field and the value.
 func FromTOML(config string, opts ...Option) (*Governor, error) {
-	return build(config, opts, func(text *C.char, clock *C.llmgov_manual_clock, out **C.llmgov_governor) C.llmgov_result {
+	return build("toml", config, opts, func(text *C.char, clock *C.llmgov_manual_clock, out **C.llmgov_governor) C.llmgov_result {
 		return C.llmgov_governor_from_toml(text, clock, out)
 	})
 }
@@ -76,7 +76,7 @@ func FromTOML(config string, opts ...Option) (*Governor, error) {
 // FromJSON builds a governor from a JSON configuration (the fields of the
 // TOML form).
 func FromJSON(config string, opts ...Option) (*Governor, error) {
-	return build(config, opts, func(text *C.char, clock *C.llmgov_manual_clock, out **C.llmgov_governor) C.llmgov_result {
+	return build("json", config, opts, func(text *C.char, clock *C.llmgov_manual_clock, out **C.llmgov_governor) C.llmgov_result {
 		return C.llmgov_governor_from_json(text, clock, out)
 	})
 }
@@ -84,19 +84,23 @@ func FromJSON(config string, opts ...Option) (*Governor, error) {
 // FromPreset builds a governor from a shipped preset, such as
 // "openai-gpt-4o-tier1".
 func FromPreset(name string, opts ...Option) (*Governor, error) {
-	return build(name, opts, func(text *C.char, clock *C.llmgov_manual_clock, out **C.llmgov_governor) C.llmgov_result {
+	return build("name", name, opts, func(text *C.char, clock *C.llmgov_manual_clock, out **C.llmgov_governor) C.llmgov_result {
 		return C.llmgov_governor_from_preset(text, clock, out)
 	})
 }
 
 type constructor func(*C.char, *C.llmgov_manual_clock, **C.llmgov_governor) C.llmgov_result
 
-func build(text string, opts []Option, make constructor) (*Governor, error) {
+// build makes a governor from text, the argument C names field.
+func build(field, text string, opts []Option, make constructor) (*Governor, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	ctext := C.CString(text)
+	ctext, err := cString(field, text)
+	if err != nil {
+		return nil, err
+	}
 	defer C.free(unsafe.Pointer(ctext))
 	var clock *C.llmgov_manual_clock
 	if o.clock != nil {
@@ -153,12 +157,11 @@ func (g *Governor) Route(paths ...string) (Route, error) {
 	if err != nil {
 		return 0, err
 	}
-	// Go memory holding C pointers may be passed to C.
-	cpaths := make([]*C.char, len(paths)+1)
-	for i, p := range paths {
-		cpaths[i] = C.CString(p)
-		defer C.free(unsafe.Pointer(cpaths[i]))
+	cpaths, free, err := cStrings("paths", paths)
+	if err != nil {
+		return 0, err
 	}
+	defer free()
 	var route C.uint32_t
 	err = call(func() C.llmgov_result {
 		return C.llmgov_governor_route(h, &cpaths[0], C.size_t(len(paths)), &route)
@@ -173,7 +176,10 @@ func (g *Governor) Class(name string) (Class, error) {
 	if err != nil {
 		return 0, err
 	}
-	cname := C.CString(name)
+	cname, err := cString("name", name)
+	if err != nil {
+		return 0, err
+	}
 	defer C.free(unsafe.Pointer(cname))
 	var class C.uint32_t
 	err = call(func() C.llmgov_result { return C.llmgov_governor_class(h, cname, &class) })
@@ -187,7 +193,10 @@ func (g *Governor) Scope(path string) (Scope, error) {
 	if err != nil {
 		return 0, err
 	}
-	cpath := C.CString(path)
+	cpath, err := cString("path", path)
+	if err != nil {
+		return 0, err
+	}
 	defer C.free(unsafe.Pointer(cpath))
 	var scope C.uint32_t
 	err = call(func() C.llmgov_result { return C.llmgov_governor_scope(h, cpath, &scope) })

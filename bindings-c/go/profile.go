@@ -54,13 +54,16 @@ func (g *Governor) Profile(name string, consumerPaths ...string) (*Profile, erro
 	if err != nil {
 		return nil, err
 	}
-	cname := C.CString(name)
-	defer C.free(unsafe.Pointer(cname))
-	cpaths := make([]*C.char, len(consumerPaths)+1)
-	for i, p := range consumerPaths {
-		cpaths[i] = C.CString(p)
-		defer C.free(unsafe.Pointer(cpaths[i]))
+	cname, err := cString("name", name)
+	if err != nil {
+		return nil, err
 	}
+	defer C.free(unsafe.Pointer(cname))
+	cpaths, free, err := cStrings("consumer_paths", consumerPaths)
+	if err != nil {
+		return nil, err
+	}
+	defer free()
 	var handle *C.llmgov_profile
 	err = call(func() C.llmgov_result {
 		return C.llmgov_profile_new(h, cname, &cpaths[0], C.size_t(len(consumerPaths)), &handle)

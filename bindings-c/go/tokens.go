@@ -37,10 +37,13 @@ func CountTokens(encoding Encoding, text string) (uint64, error) {
 // CountTokensForModel counts text in the encoding of an OpenAI model
 // ("gpt-4o", "openai/gpt-4-0613"; unknown models count as o200k).
 func CountTokensForModel(model, text string) (uint64, error) {
-	cmodel := C.CString(model)
+	cmodel, err := cString("model", model)
+	if err != nil {
+		return 0, err
+	}
 	defer C.free(unsafe.Pointer(cmodel))
 	var n C.uint64_t
-	err := call(func() C.llmgov_result {
+	err = call(func() C.llmgov_result {
 		return C.llmgov_tokens_count_for_model(cmodel, textPtr(text), C.size_t(len(text)), &n)
 	})
 	return uint64(n), err

@@ -1,0 +1,76 @@
+package llmgov_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"llmgov.dev/llmgov"
+)
+
+// wantArgError fails unless err is an *llmgov.Error with code, naming
+// field, whose value and message contain value.
+func wantArgError(t *testing.T, what string, err error, code llmgov.Code, field, value string) {
+	t.Helper()
+	var e *llmgov.Error
+	if !errors.As(err, &e) {
+		t.Errorf("%s: want an *llmgov.Error, got %T %v", what, err, err)
+		return
+	}
+	if e.Code != code || !errors.Is(err, code) || e.Field != field || !strings.Contains(e.Value, value) ||
+		!strings.Contains(e.Message, field) || !strings.Contains(e.Message, value) {
+		t.Errorf("%s: want %s naming %q = %q, got %s %q = %q: %s", what, code.Name(), field, value,
+			e.CodeName, e.Field, e.Value, e.Message)
+	}
+}
+
+func TestStringsWithNULAreRefusedNotCutShort(t *testing.T) {
+	gov, _ := newGovernor(t)
+	_, err := llmgov.FromPreset("openai-gpt-4o-tier1\x00garbage")
+	wantArgError(t, "FromPreset", err, llmgov.ErrInvalidArg, "name", `openai-gpt-4o-tier1\x00garbage`)
+	_, err = llmgov.FromJSON("{}\x00{{{{")
+	wantArgError(t, "FromJSON", err, llmgov.ErrInvalidArg, "json", `{}\x00{{{{`)
+	_, err = llmgov.FromTOML("[scopes.\"a\"]\nlimits = []\n\x00 not TOML [[[")
+	wantArgError(t, "FromTOML", err, llmgov.ErrInvalidArg, "toml", `\x00 not TOML [[[`)
+	_, err = gov.Route("tenants/a", "openai/org/gpt-4o\x00/does-not-exist")
+	wantArgError(t, "Route", err, llmgov.ErrInvalidArg, "paths[1]", `openai/org/gpt-4o\x00/does-not-exist`)
+	_, err = gov.Route("tenants/acme\x00evil")
+	wantArgError(t, "Route of a tenant", err, llmgov.ErrInvalidArg, "paths[0]", `tenants/acme\x00evil`)
+	_, err = gov.Class("batch\x00x")
+	wantArgError(t, "Class", err, llmgov.ErrInvalidArg, "name", `batch\x00x`)
+	_, err = gov.Scope("tenants/a\x00b")
+	wantArgError(t, "Scope", err, llmgov.ErrInvalidArg, "path", `tenants/a\x00b`)
+	_, err = llmgov.CountTokensForModel("gpt-4\x00o", "hello")
+	wantArgError(t, "CountTokensForModel", err, llmgov.ErrInvalidArg, "model", `gpt-4\x00o`)
+
+	routing, _ := routingGovernor(t)
+	_, err = routing.Profile("gpt-4o\x00x")
+	wantArgError(t, "Profile", err, llmgov.ErrInvalidArg, "name", `gpt-4o\x00x`)
+	_, err = routing.Profile("gpt-4o", "tenants/a", "tenants/b\x00")
+	wantArgError(t, "Profile's consumer paths", err, llmgov.ErrInvalidArg, "consumer_paths[1]", `tenants/b\x00`)
+
+	// Nothing was charged to the prefix: the tenant's scope was never made.
+	snapshot := must[*llmgov.Snapshot](t)(gov.Snapshot())
+	for _, s := range snapshot.Scopes {
+		if s.Path == "tenants/acme" {
+			t.Errorf("tenants/acme was made from a path cut at its NUL")
+		}
+	}
+
+	// Text passed with its length keeps its NULs: they are counted.
+	withNUL := must[uint64](t)(llmgov.CountTokensForModel("gpt-4o", "hello\x00world"))
+	without := must[uint64](t)(llmgov.CountTokensForModel("gpt-4o", "hello"))
+	if withNUL <= without {
+		t.Errorf("the text after a NUL was not counted: %d against %d", withNUL, without)
+	}
+}
+
+func TestALongConfigShowsWhereItsNULIs(t *testing.T) {
+	config := strings.Repeat("# padding\n", 100) + "[scopes.\"a\x00\"]" + strings.Repeat("\n# more", 100)
+	_, err := llmgov.FromTOML(config)
+	wantArgError(t, "FromTOML", err, llmgov.ErrInvalidArg, "toml", `[scopes."a\x00"]`)
+	var e *llmgov.Error
+	if errors.As(err, &e) && (len(e.Value) > 250 || !strings.HasPrefix(e.Value, "…") || !strings.HasSuffix(e.Value, "…")) {
+		t.Errorf("want about 200 bytes around the NUL, got %d: %q", len(e.Value), e.Value)
+	}
+}
