@@ -17,6 +17,7 @@ use crate::outage::OutageDebt;
 use crate::settings::{redact, Mode, RedisConfig, Settings};
 use crate::shared::{self, Kind, SharedScope};
 use crate::store::{Admission, Ask, Reconcile, Store};
+use crate::usage;
 
 const DEFAULT_PERMIT_TTL: Duration = Duration::from_secs(600);
 
@@ -180,6 +181,9 @@ impl RedisGovernor {
 
     /// Reconciles the permit with the provider's actual usage: refunds what
     /// was over-reserved, charges what was under, frees concurrency slots.
+    /// A usage the core refuses (a count over [`llmgov::MAX_TOKENS`], more
+    /// cached input than input) is an `InvalidRequest` naming the field that
+    /// changes nothing: the permit stays pending, to be settled or cancelled.
     pub fn settle(&self, permit: &mut SharedPermit, actual: Usage) -> Result<()> {
         self.inner.reconcile(permit, Some(actual))
     }
@@ -371,6 +375,11 @@ impl Inner {
     fn reconcile(&self, permit: &mut SharedPermit, actual: Option<Usage>) -> Result<()> {
         if permit.reconciled {
             return Err(Error::AlreadyReconciled);
+        }
+        // Before anything changes: a refused usage leaves the permit pending,
+        // to be settled again or cancelled (its slots still held).
+        if let Some(usage) = &actual {
+            usage::check(usage)?;
         }
         permit.reconciled = true;
         for (governor, part) in [(&self.local, &mut permit.local), (&self.fallback, &mut permit.fallback)] {

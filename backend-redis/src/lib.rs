@@ -70,6 +70,7 @@ mod outage;
 pub mod settings;
 mod shared;
 mod store;
+mod usage;
 
 pub use errors::{Error, Result};
 pub use governor::{RedisGovernor, SharedPermit, SharedRoute};
