@@ -132,6 +132,31 @@ fn a_limit_left_unset_is_discovered_from_the_headers() {
 }
 
 #[test]
+fn output_streamed_before_a_limit_is_learned_costs_no_windows_of_debt() {
+    let (gov, clock) = gov_with(json!({"scopes": {"openai/org": {"provider": true, "limits": [
+        {"dimension": "tokens", "window": "1m"},
+    ]}}}));
+    let route = gov.route(&["openai/org"]).unwrap();
+    let mut permit = gov.try_acquire(&Request::new(route).input_tokens(100).max_output_tokens(50)).unwrap();
+    for _ in 0..20 {
+        // 5 tokens a chunk: the last ten chunks are past max_tokens.
+        gov.add_output(&mut permit, 5).unwrap();
+        clock.advance(Duration::from_millis(100));
+    }
+    gov.observe(
+        route,
+        &classify_response(200, &[("x-ratelimit-limit-tokens", "30000")], b"{}", ProviderHint::OpenAi, 0),
+    )
+    .unwrap();
+    gov.settle(&mut permit, llmgov::Usage::new(100, 100)).unwrap();
+    // The request took the window's one admission; a window later the
+    // learned 30000 a minute are there (ten streamed chunks each charged a
+    // window used to hold the bucket ten minutes more).
+    clock.advance(Duration::from_secs(60));
+    assert!(gov.try_acquire(&Request::new(route).input_tokens(1000)).is_ok());
+}
+
+#[test]
 fn a_provider_limit_lower_than_configured_wins_and_a_higher_one_does_not() {
     let (gov, _clock, route) = tokens_600(json!({}));
     let permit = take(&gov, route, 0);

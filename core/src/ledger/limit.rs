@@ -268,12 +268,12 @@ impl Limit {
     }
 
     /// [`Self::adjust`] on a provider scope: an overage costs the current
-    /// pace, and a refund gives back at the configured cost (never more than
+    /// pace (nothing before the limit's amount is learned), and a refund gives back at the configured cost (never more than
     /// any pace charged).
     pub fn adjust_paced(&self, bucket: &Bucket, charged: u64, actual: u64, acquired_at: u64, now: u64, pace: &Pace) {
         match (&self.rule, bucket) {
             (Rule::TokenBucket(p), Bucket::Tat(tat)) if actual > charged => {
-                p.adjust_ns(tat, 0, pace.charge_ns(self.shape(p), actual - charged), now)
+                p.adjust_ns(tat, 0, pace.overage_ns(self.shape(p), actual - charged), now)
             }
             (Rule::TokenBucket(p), Bucket::Tat(tat)) => {
                 p.adjust_ns(tat, pace.refund_ns(self.shape(p), charged - actual), 0, now)

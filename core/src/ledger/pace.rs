@@ -92,6 +92,20 @@ impl Pace {
         }
     }
 
+    /// What `units` beyond a request's reservation cost in time now: as
+    /// [`Self::charge_ns`], but nothing on a limit still waiting to learn
+    /// its amount. There a request costs the window's one admission,
+    /// whatever its size, and already paid it; a window more per streamed
+    /// chunk would be debt no refund at the learned amount could repay.
+    #[inline]
+    pub fn overage_ns(&self, shape: Shape, units: u64) -> u64 {
+        let (_, amount) = unpack(self.word.load(Ordering::Relaxed));
+        if shape.discovered && amount == 0 {
+            return 0;
+        }
+        self.charge_ns(shape, units)
+    }
+
     /// What `units` are worth in time when given back: their configured
     /// cost, which never exceeds what any pace charged for them (so refunds
     /// never lift a configured limit); on a discovered limit, their cost at
