@@ -61,3 +61,30 @@ fn manual_clock_advance_saturates() {
     clock.advance(Duration::from_nanos(u64::MAX));
     assert!(clock.now() >= 10, "clock went back to {}", clock.now());
 }
+
+/// In a window above 2^31, a refused request's add would saturate its slot:
+/// it is refused before it lands, so the slot is not poisoned and the
+/// cancelled permit's refund empties the window again.
+#[test]
+fn a_refused_request_never_saturates_a_large_window() {
+    let gov = gov(
+        json!({"dimension": "input_tokens", "amount": 3_000_000_000u64, "window": "1d", "algorithm": "sliding_window"}),
+    );
+    let route = gov.route(&["p"]).unwrap();
+    let mut held = gov.try_acquire(&Request::new(route).input_tokens(2_000_000_000)).unwrap();
+    assert_eq!(gov.try_acquire(&Request::new(route).input_tokens(2_500_000_000)).unwrap_err().code(), "rate_limited");
+    gov.cancel(&mut held).unwrap();
+    assert!(gov.try_acquire(&Request::new(route).input_tokens(3_000_000_000)).is_ok(), "the window is empty again");
+}
+
+/// At the end of the timeline (a sans-IO caller's `now` near u64::MAX) a
+/// token bucket's next arrival would saturate and every request look within
+/// the burst: nothing is admitted there instead.
+#[test]
+fn a_token_bucket_admits_nothing_past_the_end_of_time() {
+    let config = json!({"scopes": {"p": {"limits": [{"dimension": "requests", "amount": 1, "window": "1m"}]}}});
+    let ledger = llmgov::Ledger::new(&Config::from_value(config).unwrap()).unwrap();
+    let route = ledger.route(&["p"]).unwrap();
+    let admitted = (0..100).filter(|_| ledger.try_acquire(&Request::new(route), u64::MAX - 1_000).is_ok()).count();
+    assert!(admitted <= 1, "1 request a minute admitted {admitted} at one instant");
+}

@@ -111,7 +111,9 @@ impl GcraParams {
     #[inline]
     pub fn try_reserve_ns<A: AtomicWord>(&self, tat: &A, increment: u64, now: u64) -> Result<(), RetryAt> {
         update(tat, |current| {
-            let next = current.max(now).saturating_add(increment);
+            // Past the end of the timeline nothing fits (saturated, every
+            // request would look within the burst).
+            let next = current.max(now).checked_add(increment).ok_or(RetryAt(u64::MAX))?;
             if next - now > self.tau_ns {
                 Err(RetryAt(next - self.tau_ns))
             } else {

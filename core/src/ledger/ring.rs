@@ -81,6 +81,8 @@ pub enum Added {
     /// The slot already belongs to a later turn of the ring: this caller's
     /// clock is a whole ring behind another's. Nothing was added.
     Behind,
+    /// The slot would have held more than asked: nothing was added.
+    Full,
 }
 
 /// A reservation the ring refused: it would have taken the live sum past
@@ -131,15 +133,23 @@ impl<A: AtomicWord> Ring<A> {
     /// Adds `count` to slot `index`, resetting the entry first if it is stale.
     #[inline]
     pub fn add(&self, index: u64, count: u64) -> Added {
+        self.add_up_to(index, count, u64::MAX)
+    }
+
+    /// [`Self::add`], but nothing if the slot would then hold more than
+    /// `most` ([`Added::Full`]).
+    #[inline]
+    fn add_up_to(&self, index: u64, count: u64, most: u64) -> Added {
         let mut evicted = 0;
         let result = update(self.slot(index), |word| {
             let (epoch, held) = unpack(word);
             match self.read(index, epoch) {
+                Reading::Current if held.saturating_add(count) > most => Err(Added::Full),
                 Reading::Current => {
                     evicted = 0;
                     Ok(pack(epoch, held.saturating_add(count)))
                 }
-                Reading::Later => Err(()),
+                Reading::Later => Err(Added::Behind),
                 // A live entry of another index never shares a position with
                 // this one (positions repeat every `len > span` slots).
                 Reading::Live { .. } | Reading::Stale => {
@@ -148,10 +158,7 @@ impl<A: AtomicWord> Ring<A> {
                 }
             }
         });
-        match result {
-            Ok(_) => Added::Landed { evicted },
-            Err(()) => Added::Behind,
-        }
+        result.map_or_else(|refused| refused, |_| Added::Landed { evicted })
     }
 
     /// Takes `count` back from slot `index` if the slot still holds that
@@ -175,10 +182,12 @@ impl<A: AtomicWord> Ring<A> {
     /// a stale entry held when the add reset it.
     #[inline]
     pub fn try_reserve(&self, index: u64, cost: u64, amount: u64, on_evict: impl FnOnce(u64)) -> Result<(), Full> {
-        match self.add(index, cost) {
+        // An add that would saturate the slot is refused before it lands:
+        // landed, it would poison the slot, and its rollback could not undo it.
+        match self.add_up_to(index, cost, COUNT_MASK - 1) {
             Added::Landed { evicted } if evicted > 0 => on_evict(evicted),
             Added::Landed { .. } => {}
-            Added::Behind => return Err(Full),
+            Added::Behind | Added::Full => return Err(Full),
         }
         if self.live_sum(index) > amount {
             self.sub(index, cost);
