@@ -103,6 +103,26 @@ fn json_and_toml_load_the_same_config() {
 }
 
 #[test]
+fn a_config_that_is_not_an_object_is_refused() {
+    // Serde fills a struct from an array by position: this set `scopes`.
+    let by_position = r#"[null, null, {"p": {"limits": [{"dimension": "requests", "amount": 1, "window": "1m"}]}}]"#;
+    for (config, field) in [
+        (Config::from_json(by_position), "<json>"),
+        (Config::from_json("[1]"), "<json>"),
+        (Config::from_value(serde_json::json!([1])), "<config>"),
+        (Config::from_value(serde_json::json!("scopes")), "<config>"),
+    ] {
+        match config {
+            Err(Error::InvalidConfig { field: f, reason, .. }) => {
+                assert_eq!(f, field);
+                assert!(reason.contains("object of sections"), "{reason}");
+            }
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
 fn malformed_toml_says_where() {
     match Config::from_toml("[scopes.\"x\"\nlimits = 3") {
         Err(Error::InvalidConfig { field, .. }) => assert_eq!(field, "<toml>"),

@@ -192,6 +192,10 @@ impl Config {
 
     /// Parses a JSON config. The error names the field and value at fault.
     pub fn from_json(text: &str) -> Result<Self> {
+        if !text.trim_start().starts_with('{') {
+            let shown: String = text.trim_start().chars().take(40).collect();
+            return Err(not_an_object("<json>", shown));
+        }
         let mut de = serde_json::Deserializer::from_str(text);
         let config = serde_path_to_error::deserialize(&mut de).map_err(path_error)?;
         de.end().map_err(|e| Error::config("<json>", "", e.to_string()))?;
@@ -201,6 +205,10 @@ impl Config {
     /// Builds a config from an already-parsed JSON value (as the scenario
     /// files and the bindings hold it).
     pub fn from_value(value: serde_json::Value) -> Result<Self> {
+        if !value.is_object() {
+            let shown: String = value.to_string().chars().take(40).collect();
+            return Err(not_an_object("<config>", shown));
+        }
         serde_path_to_error::deserialize(value).map_err(path_error)
     }
 
@@ -214,6 +222,12 @@ impl Config {
         classes::compile(&self.classes, &self.shares)?;
         compile(self).map(drop)
     }
+}
+
+/// A config is a table of sections. Serde would also fill the struct from
+/// an array, by position (`[null, null, {…}]` set `scopes`).
+fn not_an_object(field: &str, shown: String) -> Error {
+    Error::config(field, shown, "a config is an object of sections, such as {\"scopes\": {…}}")
 }
 
 /// Turns a serde error at a path into an error naming the field and the value.
