@@ -34,6 +34,12 @@ fn huge_overage_then_refund_keeps_other_reservations_bucket() {
     let mut b = gov.try_acquire(&Request::new(route).max_output_tokens(10)).unwrap();
     assert_eq!(gov.add_output(&mut b, u64::MAX).unwrap_err().code(), "invalid_request");
     gov.add_output(&mut b, llmgov::MAX_TOKENS).unwrap();
+    let past = gov.add_output(&mut b, 1).unwrap_err();
+    assert!(
+        matches!(&past, llmgov::Error::InvalidRequest { field: "tokens", value, reason }
+            if value == "1" && reason.contains(&format!("streamed to {}", llmgov::MAX_TOKENS + 1))),
+        "the total, not only the chunk, says why: {past}"
+    );
     gov.settle(&mut b, Usage::new(0, 10)).unwrap();
     // a's 60 and b's 10 are outstanding: 30 fit, not 90.
     let c = gov.try_acquire(&Request::new(route).input_tokens(90));

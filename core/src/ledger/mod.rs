@@ -27,7 +27,7 @@ use permit::{Permit, PermitState, Request, Route};
 use registry::{Registry, Scope, ScopeId, ScopeIndex, ScopeList};
 
 use crate::config::{compile, Config};
-use crate::dimension::{too_many_tokens, CostParts, Costs, MAX_TOKENS};
+use crate::dimension::{CostParts, Costs, MAX_TOKENS};
 use crate::{Error, Result, Usage};
 
 /// Refusal counters. Admissions are counted in [`Pending`], off the
@@ -389,7 +389,14 @@ impl Ledger {
         self.check_pending(permit, now)?;
         let streamed = permit.streamed_output.saturating_add(tokens);
         if streamed > MAX_TOKENS {
-            return Err(too_many_tokens("tokens", tokens));
+            return Err(Error::InvalidRequest {
+                field: "tokens",
+                value: tokens.to_string(),
+                reason: format!(
+                    "brings the output streamed to {}, more than {MAX_TOKENS} tokens; no request is that large",
+                    permit.streamed_output as u128 + tokens as u128
+                ),
+            });
         }
         permit.streamed_output = streamed;
         let (output, expected) = (permit.charged.output_tokens, permit.charged_expected_output);
