@@ -174,7 +174,8 @@ impl RedisGovernor {
     }
 
     /// Reserves `estimate` (input tokens, cached input, and `max_tokens` as
-    /// output) on every scope of `route`, or nothing.
+    /// output) on every scope of `route`, or nothing. An estimate the core
+    /// refuses (as [`RedisGovernor::settle`] lists) is an `InvalidRequest`.
     pub fn try_acquire(&self, route: &SharedRoute, estimate: Usage) -> Result<SharedPermit> {
         self.inner.try_acquire(route, estimate)
     }
@@ -247,6 +248,8 @@ fn request(route: Route, estimate: Usage) -> Request {
 
 impl Inner {
     fn try_acquire(&self, route: &SharedRoute, estimate: Usage) -> Result<SharedPermit> {
+        // The local engine checks its part; the shared scopes' costs are summed here.
+        usage::check(&estimate)?;
         self.check_fits(route, &estimate)?;
         let local = match route.local {
             Some(r) => Some(self.local.try_acquire(&request(r, estimate)).map_err(Error::from_core)?),

@@ -92,3 +92,35 @@ fn a_refused_settle_leaves_the_permit_pending_with_its_slot_until_settled_again(
     gov.cancel(&mut permit).unwrap();
     assert!(!slot_taken(&gov, &route));
 }
+
+/// On a route of shared scopes only no local engine checks the usage: the
+/// governor itself must, or Redis is charged whatever was settled.
+#[test]
+fn a_shared_only_route_refuses_an_implausible_settle_and_charges_nothing() {
+    let Some(url) = redis_url("a_shared_only_route_refuses_an_implausible_settle") else { return };
+    let prefix = fresh_prefix("bad-shared");
+    let clock = Arc::new(ManualClock::new(0));
+    let gov = RedisGovernor::from_toml_with_clock(&config(&url, &prefix), clock.clone()).unwrap();
+    let other = RedisGovernor::from_toml_with_clock(&config(&url, &prefix), clock).unwrap();
+    let (route, other_route) = (gov.route(&["openai/org"]).unwrap(), other.route(&["openai/org"]).unwrap());
+    for (usage, field) in implausible() {
+        let mut permit = gov.try_acquire(&route, Usage::new(100, 100)).unwrap();
+        assert_eq!(refused_field(gov.settle(&mut permit, usage)), field, "{usage:?}");
+        gov.settle(&mut permit, Usage::new(100, 100)).unwrap();
+    }
+    // Nothing absurd reached Redis: another process still has the budget
+    // (10000 tokens a day, 600 settled) and a plausible estimate is never refused.
+    let mut permit = other.try_acquire(&other_route, Usage::new(9000, 0)).unwrap();
+    other.settle(&mut permit, Usage::new(9000, 0)).unwrap();
+
+    // Nor is an implausible estimate taken (the token sum could overflow).
+    for (estimate, field) in
+        [(Usage::new(u64::MAX, 1), "input_tokens"), (Usage::new(1, 0).with_cached_input(9), "cached_input_tokens")]
+    {
+        match gov.try_acquire(&route, estimate) {
+            Err(Error::Core(llmgov::Error::InvalidRequest { field: named, .. })) => assert_eq!(named, field),
+            other => panic!("expected InvalidRequest for {estimate:?}, got {other:?}"),
+        }
+    }
+    assert!(!slot_taken(&gov, &route), "a refused estimate holds no slot");
+}

@@ -233,6 +233,32 @@ def test_settle_refunds_and_charges_the_difference_in_redis() -> None:
         assert health["redis_calls"] >= 2
 
 
+@pytest.mark.parametrize("paths", [["tenants/acme", "p/shared"], "p/shared"])
+def test_a_refused_settle_leaves_the_permit_pending_and_charges_nothing(paths: Any) -> None:
+    url, prefix = redis_url(), fresh_prefix("bad-settle")
+    gov = RedisGovernor.from_toml(config(url, prefix), clock="manual")
+    other = RedisGovernor.from_toml(config(url, prefix), clock="manual")
+    bad = [
+        (lambda p: p.settle(2**41, 0), "input_tokens"),
+        (lambda p: p.settle(1, 0, cached_input_tokens=9), "cached_input_tokens"),
+        (lambda p: p.settle({"input_tokens": 1, "cached_input_tokens": 9}), "cached_input_tokens"),
+        (lambda p: p.settle(1, 2**41), "output_tokens"),
+    ]
+    for settle, field in bad:
+        permit = gov.try_acquire(paths, 100, 100)
+        with pytest.raises(llmgov.InvalidRequest) as refused:
+            settle(permit)
+        assert refused.value.field == field
+        assert permit.state == "pending"
+        permit.settle(100, 0)
+        assert permit.state == "settled"
+    # Nothing absurd was charged in Redis: another process has the rest (1000 - 400).
+    other.try_acquire("p/shared", 500, 100).settle()
+    with pytest.raises(llmgov.InvalidRequest) as estimate:
+        gov.try_acquire("p/shared", 2**64 - 1, 1)
+    assert estimate.value.field == "input_tokens"
+
+
 def test_cancel_gives_everything_back_and_never_fits_is_said_at_once() -> None:
     gov = RedisGovernor.from_toml(config(redis_url(), fresh_prefix("cancel")))
     route = gov.route(["tenants/acme", "p/shared"])
