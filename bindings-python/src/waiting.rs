@@ -40,9 +40,13 @@ pub fn with_waiting(
 pub fn timeout(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
     match value.filter(|v| !v.is_none()) {
         Some(v) => {
-            let ms = args::millis("timeout", v)
+            let seconds = args::millis("timeout", v)
                 .map_err(|_| invalid("timeout", v, "must be a non-negative number of seconds"))?;
-            Ok(Some(Duration::from_secs_f64(ms)))
+            // Finite and non-negative, but it may still overflow a Duration (1e20 s).
+            let timeout = Duration::try_from_secs_f64(seconds).map_err(|_| {
+                invalid("timeout", v, "is too long (more than 2^64 seconds); pass None to wait without one")
+            })?;
+            Ok(Some(timeout))
         }
         None => Ok(None),
     }

@@ -271,3 +271,10 @@ async def test_bad_arguments_name_the_field(gov: llmgov.Governor, call: Callable
         call(gov)
     assert bad.value.field == field
     assert depth(gov) == 0 and gov.snapshot()["admitted"] == 0
+
+
+def test_a_timeout_longer_than_a_duration_is_invalid_request(gov: llmgov.Governor) -> None:
+    with pytest.raises(llmgov.InvalidRequest) as bad:
+        gov.acquire_profile_blocking("main", 10, timeout=1e300)
+    assert (bad.value.field, bad.value.value) == ("timeout", "1e+300")
+    assert depth(gov) == 0

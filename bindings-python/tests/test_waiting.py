@@ -147,6 +147,23 @@ def test_bad_waiting_arguments(gov: llmgov.Governor, kwargs: Any, field: str) ->
     assert depth(gov) == 0
 
 
+@pytest.mark.parametrize("timeout", [1e20, 1e300, 2.0**64])
+def test_a_timeout_longer_than_a_duration_is_invalid_request(gov: llmgov.Governor, timeout: float) -> None:
+    """Finite and non-negative, yet past what a Duration holds (2^64 s): it
+    was a PanicException (`cannot convert float seconds to Duration`)."""
+    for wait in (
+        lambda: gov.acquire_blocking("p", 1, timeout=timeout),
+        lambda: gov.reserve("p", 1, timeout=timeout).__enter__(),
+    ):
+        with pytest.raises(llmgov.InvalidRequest) as bad:
+            wait()
+        assert (bad.value.field, bad.value.value) == ("timeout", repr(timeout))
+    assert depth(gov) == 0
+    gov.advance(1000)  # the next second's request
+    with gov.reserve("p", 1, timeout=1e9) as permit:  # long, but a Duration
+        assert permit.state == "pending"
+
+
 EXIT_RIGHT_AFTER_ASYNC_WAITS = """
 import asyncio, llmgov
 gov = llmgov.Governor.from_dict({"scopes": {"p": {"limits": [{"dimension": "requests", "amount": 200, "window": "200ms"}]}}})
