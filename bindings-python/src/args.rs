@@ -3,7 +3,7 @@
 //! never a bare `TypeError` or `OverflowError`.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
 
 use crate::errors::invalid;
 
@@ -31,12 +31,20 @@ pub fn count_of(field: &str, value: &Bound<'_, PyAny>) -> PyResult<u64> {
     Err(invalid(field, value, format!("must be a non-negative integer, not {}", type_name(value))))
 }
 
-/// A non-negative number of milliseconds (int or float).
-pub fn millis(field: &str, value: &Bound<'_, PyAny>) -> PyResult<f64> {
+/// An int or a float (not a bool, which Python counts as an int), as f64.
+pub fn number(value: &Bound<'_, PyAny>) -> Option<f64> {
     let number =
         (value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>()) && !value.is_instance_of::<PyBool>();
-    let ms = if number { value.extract::<f64>().ok() } else { None };
-    match ms {
+    if number {
+        value.extract::<f64>().ok()
+    } else {
+        None
+    }
+}
+
+/// A non-negative number of milliseconds (int or float).
+pub fn millis(field: &str, value: &Bound<'_, PyAny>) -> PyResult<f64> {
+    match number(value) {
         Some(ms) if ms.is_finite() && ms >= 0.0 => Ok(ms),
         Some(_) => Err(invalid(field, value, "must be a finite, non-negative number of milliseconds")),
         None => Err(invalid(field, value, format!("must be a number of milliseconds, not {}", type_name(value)))),
@@ -48,10 +56,30 @@ pub fn string(field: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<
     match value {
         None => Ok(None),
         Some(v) if v.is_none() => Ok(None),
-        Some(v) => v
-            .extract::<String>()
-            .map(Some)
-            .map_err(|_| invalid(field, v, format!("must be a string, not {}", type_name(v)))),
+        Some(v) => text(v).map(Some).map_err(|reason| invalid(field, v, reason)),
+    }
+}
+
+/// A `str` as UTF-8 text, or why it is not one (another type, or a lone
+/// surrogate, which UTF-8 cannot hold), for the caller to name the field.
+pub fn text(value: &Bound<'_, PyAny>) -> Result<String, String> {
+    let Ok(string) = value.cast::<PyString>() else {
+        return Err(format!("must be a string, not {}", type_name(value)));
+    };
+    string.to_cow().map(|text| text.into_owned()).map_err(|_| LONE_SURROGATE.to_owned())
+}
+
+/// Why a `str` holding a lone surrogate (`"\udcff"`) is refused.
+pub const LONE_SURROGATE: &str = "is not valid Unicode (lone surrogates)";
+
+/// A flag: `True` or `False` (not 1, not "yes"); `default` when absent or None.
+pub fn flag(field: &str, value: Option<&Bound<'_, PyAny>>, default: bool) -> PyResult<bool> {
+    match value.filter(|v| !v.is_none()) {
+        None => Ok(default),
+        Some(v) => match v.cast::<PyBool>() {
+            Ok(b) => Ok(b.is_true()),
+            Err(_) => Err(invalid(field, v, format!("must be True or False, not {}", type_name(v)))),
+        },
     }
 }
 

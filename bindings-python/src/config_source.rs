@@ -48,10 +48,23 @@ pub struct ChosenClock {
     pub manual: Option<Arc<ManualClock>>,
 }
 
-/// `"monotonic"` (the real clock) or `"manual"` (starts at 0, moves only
-/// with `advance`).
-pub fn clock(py: Python<'_>, name: &str) -> PyResult<ChosenClock> {
-    match name {
+/// A str argument of a config source (`from_json`'s text, a preset's
+/// name), or a `ConfigError` naming `field`.
+pub fn text(py: Python<'_>, field: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    args::text(value).map_err(|reason| {
+        let shown = value.repr().map(|r| r.to_string()).unwrap_or_else(|_| type_name(value));
+        errors::config(py, field, &shown, reason)
+    })
+}
+
+/// `"monotonic"` (the real clock, also when `clock` is not given) or
+/// `"manual"` (starts at 0, moves only with `advance`).
+pub fn clock(py: Python<'_>, name: Option<&Bound<'_, PyAny>>) -> PyResult<ChosenClock> {
+    let name = match name.filter(|n| !n.is_none()) {
+        Some(name) => text(py, "clock", name)?,
+        None => "monotonic".to_owned(),
+    };
+    match name.as_str() {
         "manual" => {
             let manual = Arc::new(ManualClock::new(0));
             Ok(ChosenClock { clock: manual.clone(), manual: Some(manual) })
@@ -61,14 +74,24 @@ pub fn clock(py: Python<'_>, name: &str) -> PyResult<ChosenClock> {
     }
 }
 
+/// How far a manual clock may go: 2^63 ns (about 292 years), so that
+/// deadlines and windows added to its reading stay far from overflowing.
+const MANUAL_CLOCK_END_NS: u64 = 1 << 63;
+
 /// Moves a manual clock forward by `ms` milliseconds; a governor on the
-/// real clock refuses.
+/// real clock refuses, and so does a step past [`MANUAL_CLOCK_END_NS`].
 pub fn advance(py: Python<'_>, manual: Option<&ManualClock>, ms: &Bound<'_, PyAny>) -> PyResult<()> {
-    let ms = args::millis("ms", ms)?;
+    let step = args::millis("ms", ms)?;
     let Some(clock) = manual else {
         let reason = "advance() needs a governor built with clock=\"manual\"".to_owned();
         return Err(errors::invalid_text(py, "clock", "monotonic", reason));
     };
-    clock.advance(Duration::from_nanos((ms * 1e6).round() as u64));
+    let ns = (step * 1e6).round();
+    let now = clock.now();
+    if ns > (MANUAL_CLOCK_END_NS - now.min(MANUAL_CLOCK_END_NS)) as f64 {
+        let reason = format!("would move the clock (now {} ms) past 2^63 ns, about 292 years", now / 1_000_000);
+        return Err(errors::invalid("ms", ms, reason));
+    }
+    clock.advance(Duration::from_nanos(ns as u64));
     Ok(())
 }

@@ -67,12 +67,14 @@ pub fn wall_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-fn hint(py: Python<'_>, provider: &str) -> PyResult<ProviderHint> {
-    serde_json::from_value(serde_json::Value::String(provider.to_owned())).map_err(|_| {
-        let reason = "must be auto, open_ai, azure, groq, anthropic, gemini, bedrock, mistral, open_router, \
-                      deep_seek, together or cohere";
-        crate::errors::invalid_text(py, "provider", provider, reason.to_owned())
-    })
+/// The `provider` argument (`"auto"` when not given) as the core's hint.
+fn hint(py: Python<'_>, provider: Option<&Bound<'_, PyAny>>) -> PyResult<ProviderHint> {
+    const KNOWN: &str = "must be auto, open_ai, azure, groq, anthropic, gemini, bedrock, mistral, open_router, \
+                         deep_seek, together or cohere";
+    let Some(given) = provider.filter(|p| !p.is_none()) else { return Ok(ProviderHint::default()) };
+    let name = args::text(given).map_err(|reason| invalid("provider", given, format!("{reason}; it {KNOWN}")))?;
+    serde_json::from_value(serde_json::Value::String(name.clone()))
+        .map_err(|_| crate::errors::invalid_text(py, "provider", &name, KNOWN.to_owned()))
 }
 
 /// Classifies an answer; the shared part of `classify_response` and `RetryPolicy.advise`.
@@ -81,7 +83,7 @@ fn classified(
     status: &Bound<'_, PyAny>,
     headers_value: Option<&Bound<'_, PyAny>>,
     body: Option<&Bound<'_, PyAny>>,
-    provider: &str,
+    provider: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<(u16, Classification)> {
     let status = status_of(status)?;
     let headers = headers(headers_value)?;
@@ -96,13 +98,14 @@ fn classified(
 /// `kind`, `dimension`, `retry_after_ms`, `remaining`, `limit`, `reset_ms`,
 /// `retryable`, `provider`.
 #[pyfunction]
-#[pyo3(signature = (status, headers = None, body = None, provider = "auto"))]
+#[pyo3(signature = (status, headers = None, body = None, provider = None),
+    text_signature = "(status, headers=None, body=None, provider='auto')")]
 pub fn classify_response<'py>(
     py: Python<'py>,
     status: &Bound<'py, PyAny>,
     headers: Option<&Bound<'py, PyAny>>,
     body: Option<&Bound<'py, PyAny>>,
-    provider: &str,
+    provider: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let (_, classification) = classified(py, status, headers, body, provider)?;
     to_python(py, &classification)
@@ -166,7 +169,7 @@ impl PyRetryPolicy {
             }
         };
         let ratio = match budget_ratio.filter(|v| !v.is_none()) {
-            Some(v) => v.extract::<f64>().map_err(|_| invalid("budget_ratio", v, "must be a number in [0, 1]"))?,
+            Some(v) => args::number(v).ok_or_else(|| invalid("budget_ratio", v, "must be a number in [0, 1]"))?,
             None => defaults.budget.ratio,
         };
         let config = RetryConfig {
@@ -195,7 +198,8 @@ impl PyRetryPolicy {
     /// "delay_ms": ..., "reason": {...}}` or `{"advice": "give_up",
     /// "reason": {...}}`. `attempt` counts the retries already made;
     /// `deadline_ms` is how long from now the retry may still start.
-    #[pyo3(signature = (status, headers = None, body = None, *, attempt, deadline_ms = None, provider = "auto"))]
+    #[pyo3(signature = (status, headers = None, body = None, *, attempt, deadline_ms = None, provider = None),
+        text_signature = "($self, status, headers=None, body=None, *, attempt, deadline_ms=None, provider='auto')")]
     #[allow(clippy::too_many_arguments)]
     fn advise<'py>(
         &self,
@@ -205,7 +209,7 @@ impl PyRetryPolicy {
         body: Option<&Bound<'py, PyAny>>,
         attempt: &Bound<'py, PyAny>,
         deadline_ms: Option<&Bound<'py, PyAny>>,
-        provider: &str,
+        provider: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (status, classification) = classified(py, status, headers, body, provider)?;
         self.advice(py, Outcome::response(status, &classification), attempt, deadline_ms)

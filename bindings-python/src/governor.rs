@@ -59,7 +59,7 @@ pub struct PyGovernor {
 }
 
 impl PyGovernor {
-    fn build(py: Python<'_>, config: Config, clock: &str) -> PyResult<Self> {
+    fn build(py: Python<'_>, config: Config, clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let ChosenClock { clock, manual } = config_source::clock(py, clock)?;
         let gov = Governor::with_clock(&config, clock).py_err()?;
         let (routes, profiles) = (PyDict::new(py).unbind(), PyDict::new(py).unbind());
@@ -80,34 +80,40 @@ impl PyGovernor {
 
 #[pymethods]
 impl PyGovernor {
+    // Each `clock` is taken as any object (`None` when not given, the
+    // monotonic clock), so that a wrong one is a `ConfigError` naming it,
+    // not a bare `TypeError`; the text signature keeps its documented default.
+
     /// A governor from TOML text or a TOML file.
     #[staticmethod]
-    #[pyo3(signature = (source, clock = "monotonic"))]
-    fn from_toml(py: Python<'_>, source: &Bound<'_, PyAny>, clock: &str) -> PyResult<Self> {
+    #[pyo3(signature = (source, clock = None), text_signature = "(source, clock='monotonic')")]
+    fn from_toml(py: Python<'_>, source: &Bound<'_, PyAny>, clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let text = config_source::toml_text(py, source)?;
         Self::build(py, Config::from_toml(&text).py_err()?, clock)
     }
 
     /// A governor from JSON text.
     #[staticmethod]
-    #[pyo3(signature = (text, clock = "monotonic"))]
-    fn from_json(py: Python<'_>, text: &str, clock: &str) -> PyResult<Self> {
-        Self::build(py, Config::from_json(text).py_err()?, clock)
+    #[pyo3(signature = (text, clock = None), text_signature = "(text, clock='monotonic')")]
+    fn from_json(py: Python<'_>, text: &Bound<'_, PyAny>, clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let text = config_source::text(py, "text", text)?;
+        Self::build(py, Config::from_json(&text).py_err()?, clock)
     }
 
     /// A governor from a config dict (the JSON form of the TOML config).
     #[staticmethod]
-    #[pyo3(signature = (config, clock = "monotonic"))]
-    fn from_dict(py: Python<'_>, config: &Bound<'_, PyAny>, clock: &str) -> PyResult<Self> {
+    #[pyo3(signature = (config, clock = None), text_signature = "(config, clock='monotonic')")]
+    fn from_dict(py: Python<'_>, config: &Bound<'_, PyAny>, clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let value = config_source::dict_value(py, config)?;
         Self::build(py, Config::from_value(value).py_err()?, clock)
     }
 
     /// A governor from a shipped preset, e.g. `openai-gpt-4o-tier1`.
     #[staticmethod]
-    #[pyo3(signature = (name, clock = "monotonic"))]
-    fn from_preset(py: Python<'_>, name: &str, clock: &str) -> PyResult<Self> {
-        Self::build(py, llmgov::config::Config::preset(name).py_err()?, clock)
+    #[pyo3(signature = (name, clock = None), text_signature = "(name, clock='monotonic')")]
+    fn from_preset(py: Python<'_>, name: &Bound<'_, PyAny>, clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let name = config_source::text(py, "name", name)?;
+        Self::build(py, llmgov::config::Config::preset(&name).py_err()?, clock)
     }
 
     /// Moves a manual clock forward by `ms` milliseconds.

@@ -81,11 +81,7 @@ impl PyPermit {
         cached_input_tokens: Option<&Bound<'_, PyAny>>,
         usage: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        // `settle(usage)`: a first argument that is not a count is a usage.
-        let (input_tokens, usage) = match (input_tokens, usage) {
-            (Some(first), None) if !first.is_none() && !first.is_instance_of::<PyInt>() => (None, Some(first)),
-            pair => pair,
-        };
+        let (input_tokens, usage) = usage::first_is_usage(input_tokens, usage);
         let actual = match usage.filter(|u| !u.is_none()) {
             Some(given) => {
                 if input_tokens.is_some() || output_tokens.is_some() || cached_input_tokens.is_some() {

@@ -3,9 +3,9 @@
 
 use llmgov::plan::{Plan, PlanInput};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList};
+use pyo3::types::{PyDict, PyList};
 
-use crate::args::type_name;
+use crate::args::{self, type_name};
 use crate::errors::{invalid, IntoPyResult};
 
 /// A number argument (int or float, not bool); `None` when absent or None.
@@ -13,9 +13,7 @@ fn number(field: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<f64>
     let Some(value) = value.filter(|v| !v.is_none()) else {
         return Ok(None);
     };
-    let numeric =
-        (value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>()) && !value.is_instance_of::<PyBool>();
-    match numeric.then(|| value.extract::<f64>().ok()).flatten() {
+    match args::number(value) {
         Some(n) => Ok(Some(n)),
         None => Err(invalid(field, value, format!("must be a number, not {}", type_name(value)))),
     }
@@ -45,15 +43,18 @@ fn plan_dict<'py>(py: Python<'py>, plan: &Plan) -> PyResult<Bound<'py, PyDict>> 
 /// (`rpm`, `tpm`, `input_tpm`, `output_tpm`, `concurrency`); `avg_input` and
 /// `avg_output` are tokens per request, `p95_*` what reservations hold,
 /// `latency` seconds, `utilisation` the fraction of the limits to plan for.
-/// Bad input raises `InvalidRequest` naming the argument.
+/// Bad input raises `InvalidRequest` naming the argument: a wrong value, a
+/// missing `avg_input` or `avg_output`, or an unknown keyword.
 #[pyfunction]
-#[pyo3(signature = (*, avg_input, avg_output, rpm = None, tpm = None, input_tpm = None, output_tpm = None,
-    concurrency = None, p95_input = None, p95_output = None, latency = None, utilisation = None))]
+#[pyo3(signature = (*, avg_input = None, avg_output = None, rpm = None, tpm = None, input_tpm = None, output_tpm = None,
+    concurrency = None, p95_input = None, p95_output = None, latency = None, utilisation = None, **extra),
+    text_signature = "(*, avg_input, avg_output, rpm=None, tpm=None, input_tpm=None, output_tpm=None, \
+        concurrency=None, p95_input=None, p95_output=None, latency=None, utilisation=None)")]
 #[allow(clippy::too_many_arguments)]
 pub fn plan_capacity<'py>(
     py: Python<'py>,
-    avg_input: &Bound<'py, PyAny>,
-    avg_output: &Bound<'py, PyAny>,
+    avg_input: Option<&Bound<'py, PyAny>>,
+    avg_output: Option<&Bound<'py, PyAny>>,
     rpm: Option<&Bound<'py, PyAny>>,
     tpm: Option<&Bound<'py, PyAny>>,
     input_tpm: Option<&Bound<'py, PyAny>>,
@@ -63,9 +64,14 @@ pub fn plan_capacity<'py>(
     p95_output: Option<&Bound<'py, PyAny>>,
     latency: Option<&Bound<'py, PyAny>>,
     utilisation: Option<&Bound<'py, PyAny>>,
+    extra: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let required = |field: &str, value: &Bound<'py, PyAny>| {
-        number(field, Some(value))?.ok_or_else(|| invalid(field, value, "is required: tokens per request"))
+    args::no_unknown("plan_capacity", extra)?;
+    let required = |field: &str, value: Option<&Bound<'py, PyAny>>| {
+        number(field, value)?.ok_or_else(|| {
+            let reason = "is required: tokens per request".to_owned();
+            crate::errors::invalid_text(py, field, "None", reason)
+        })
     };
     let defaults = PlanInput::default();
     let input = PlanInput {

@@ -131,23 +131,21 @@ pub fn cached_route<'py, R: PyClass>(
 }
 
 /// The path strings of a `paths` argument: a path, or a list or tuple of
-/// paths; anything else is refused as not the `expected` kind.
+/// paths; anything else is refused as not the `expected` kind, and a path
+/// that is not UTF-8 (a lone surrogate) as such.
 pub fn path_list(paths: &Bound<'_, PyAny>, expected: &str) -> PyResult<Vec<String>> {
-    if let Ok(path) = paths.cast::<PyString>() {
-        return Ok(vec![path.to_cow()?.into_owned()]);
+    let path = |item: &Bound<'_, PyAny>| {
+        args::text(item).map_err(|reason| match item.is_instance_of::<PyString>() {
+            true => invalid("paths", paths, format!("a path {reason}")),
+            false => invalid("paths", paths, format!("every path must be a string, not {}", type_name(item))),
+        })
+    };
+    if paths.is_instance_of::<PyString>() {
+        return Ok(vec![path(paths)?]);
     }
     if !(paths.is_instance_of::<PyList>() || paths.is_instance_of::<PyTuple>()) {
         let reason = format!("must be {expected}, not {}", type_name(paths));
         return Err(invalid("paths", paths, reason));
     }
-    paths
-        .try_iter()?
-        .map(|item| {
-            let item = item?;
-            let path = item.cast::<PyString>().map_err(|_| {
-                invalid("paths", paths, format!("every path must be a string, not {}", type_name(&item)))
-            })?;
-            Ok(path.to_cow()?.into_owned())
-        })
-        .collect()
+    paths.try_iter()?.map(|item| path(&item?)).collect()
 }

@@ -79,7 +79,7 @@ pub fn resolve(
     if let Some(found) = cache.get_item(&key)? {
         return Ok(found.cast_into::<PyProfile>()?.unbind());
     }
-    let name = name.to_cow()?.into_owned();
+    let name = crate::args::text(name).map_err(|reason| invalid("profile", name, reason))?;
     let route = gov.get().gov.profile(&name, &consumer).py_err()?;
     let resolved = Py::new(py, PyProfile { route, name, paths: consumer })?;
     cache.set_item(key, resolved.clone_ref(py))?;

@@ -49,14 +49,16 @@ pub fn estimate_tokens(text: &Bound<'_, PyAny>) -> PyResult<u64> {
 /// Prompt tokens of a chat request: messages, names, tools, images. Exact
 /// BPE counts, or with `fast=True` the character-class estimate (no BPE).
 #[pyfunction]
-#[pyo3(signature = (messages, model = None, tools = None, *, fast = false))]
+#[pyo3(signature = (messages, model = None, tools = None, *, fast = None),
+    text_signature = "(messages, model=None, tools=None, *, fast=False)")]
 pub fn count_chat_tokens(
     py: Python<'_>,
     messages: &Bound<'_, PyAny>,
     model: Option<&Bound<'_, PyAny>>,
     tools: Option<&Bound<'_, PyAny>>,
-    fast: bool,
+    fast: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<u64> {
+    let fast = crate::args::flag("fast", fast, false)?;
     let model = crate::args::string("model", model)?.unwrap_or_default();
     let messages = chat_messages(messages)?;
     let tools = tool_values(tools)?;
@@ -82,7 +84,7 @@ pub fn text_of<'a>(field: &str, value: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a,
     let string = value
         .cast::<PyString>()
         .map_err(|_| invalid(field, value, format!("must be a string, not {}", type_name(value))))?;
-    string.to_cow().map_err(|_| invalid(field, value, "is not valid Unicode (lone surrogates)"))
+    string.to_cow().map_err(|_| invalid(field, value, crate::args::LONE_SURROGATE))
 }
 
 /// Tool definitions as JSON.

@@ -9,7 +9,7 @@
 
 use llmgov::Usage;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyFloat, PyInt};
 
 use crate::args::count_of;
 use crate::errors::invalid;
@@ -37,6 +37,25 @@ fn nested(value: &Bound<'_, PyAny>, outer: &str, inner: &str) -> PyResult<Option
             None => Ok(None),
         },
         None => Ok(None),
+    }
+}
+
+/// A settle's `(input_tokens, usage)` arguments: for `settle(usage)`, a
+/// first positional argument that is not a count is the usage. An int is a
+/// count, and so is a float (`settle(1.5, 0)`): refused as `input_tokens`,
+/// not taken for a usage object.
+#[inline]
+pub fn first_is_usage<'a, 'py>(
+    input_tokens: Option<&'a Bound<'py, PyAny>>,
+    usage: Option<&'a Bound<'py, PyAny>>,
+) -> (Option<&'a Bound<'py, PyAny>>, Option<&'a Bound<'py, PyAny>>) {
+    match (input_tokens, usage) {
+        (Some(first), None)
+            if !first.is_none() && !first.is_instance_of::<PyInt>() && !first.is_instance_of::<PyFloat>() =>
+        {
+            (None, Some(first))
+        }
+        pair => pair,
     }
 }
 

@@ -334,6 +334,100 @@ def test_advance_needs_the_manual_clock() -> None:
     assert manual.now_ms == 1.5
 
 
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda clock: llmgov.Governor.from_toml(CONFIG, clock=clock),
+        lambda clock: llmgov.Governor.from_json('{"scopes": {}}', clock=clock),
+        lambda clock: llmgov.Governor.from_dict({"scopes": {}}, clock=clock),
+        lambda clock: llmgov.Governor.from_preset("openai-gpt-4o-tier1", clock=clock),
+    ],
+    ids=["toml", "json", "dict", "preset"],
+)
+def test_a_clock_that_is_not_a_name_is_a_config_error(build: Any) -> None:
+    for clock, shown in [(5, "5"), ("\udcff", "'\\udcff'")]:
+        with pytest.raises(llmgov.ConfigError) as bad:
+            build(clock)
+        assert (bad.value.field, bad.value.value) == ("clock", shown)
+    assert "monotonic" in repr(build(None)), "None is the default clock"
+
+
+def test_a_config_source_that_is_not_text_is_a_config_error() -> None:
+    with pytest.raises(llmgov.ConfigError) as text:
+        llmgov.Governor.from_json(5)  # type: ignore[arg-type]
+    assert (text.value.field, text.value.value) == ("text", "5")
+    with pytest.raises(llmgov.ConfigError) as name:
+        llmgov.Governor.from_preset(5)  # type: ignore[arg-type]
+    assert (name.value.field, name.value.value) == ("name", "5")
+
+
+@pytest.mark.parametrize("paths", ["openai/\udcff", ["tenants/\udcff", "openai/org/gpt-4o"], ("tenants/\udcff",)])
+def test_a_path_with_a_lone_surrogate_names_paths(gov: llmgov.Governor, paths: Any) -> None:
+    for call in (lambda: gov.route(paths), lambda: gov.try_acquire(paths, 1)):
+        with pytest.raises(llmgov.InvalidRequest) as bad:
+            call()
+        assert bad.value.field == "paths" and "lone surrogate" in bad.value.reason
+
+
+def test_a_profile_path_or_name_with_a_lone_surrogate_is_invalid_request() -> None:
+    gov = llmgov.Governor.from_dict(
+        {
+            "scopes": {"openai/org": {"provider": True, "limits": [{"dimension": "requests", "amount": 9, "window": "1m"}]}},
+            "profiles": {"main": {"deployments": ["openai/org"]}},
+        },
+        clock="manual",
+    )
+    with pytest.raises(llmgov.InvalidRequest) as paths:
+        gov.try_acquire_profile("main", 1, paths="tenants/\udcff")
+    assert paths.value.field == "paths"
+    with pytest.raises(llmgov.InvalidRequest) as name:
+        gov.try_acquire_profile("ma\udcffin", 1)
+    assert name.value.field == "profile"
+
+
+def test_wrong_types_name_the_argument() -> None:
+    """Each was a bare TypeError without the field."""
+    cases = [
+        (lambda: llmgov.classify_response(429, provider=5), "provider", "5"),  # type: ignore[arg-type]
+        (lambda: llmgov.classify_response(429, provider="nope"), "provider", "nope"),
+        (lambda: llmgov.RetryPolicy().advise(429, attempt=0, provider=1), "provider", "1"),  # type: ignore[arg-type]
+        (lambda: llmgov.count_chat_tokens([], fast="yes"), "fast", "'yes'"),  # type: ignore[arg-type]
+        (lambda: llmgov.count_chat_tokens([], fast=1), "fast", "1"),  # type: ignore[arg-type]
+        (lambda: llmgov.RetryPolicy(budget_ratio=True), "budget_ratio", "True"),
+    ]
+    for call, field, value in cases:
+        with pytest.raises(llmgov.InvalidRequest) as bad:
+            call()
+        assert (bad.value.field, bad.value.value) == (field, value)
+    # The defaults still hold when the arguments are left out.
+    assert llmgov.classify_response(429)["limited"]
+    assert llmgov.count_chat_tokens([{"role": "user", "content": "hi"}], fast=True) > 0
+
+
+def test_a_float_count_in_settle_names_input_tokens(gov: llmgov.Governor) -> None:
+    permit = gov.try_acquire(ROUTE, input_tokens=10)
+    for call in (lambda: permit.settle(1.5, 0), lambda: permit.settle(1.5)):
+        with pytest.raises(llmgov.InvalidRequest) as bad:
+            call()
+        assert (bad.value.field, bad.value.value) == ("input_tokens", "1.5")
+        assert "integer" in bad.value.reason
+    assert permit.state == "pending"
+    permit.settle(10, 0)
+
+
+def test_advance_past_2_63_ns_is_refused() -> None:
+    gov = llmgov.Governor.from_preset("openai-gpt-4o-tier1", clock="manual")
+    for ms in (2**70, 1e300, 2**63 / 1e6 + 1):
+        with pytest.raises(llmgov.InvalidRequest) as bad:
+            gov.advance(ms)
+        assert bad.value.field == "ms"
+    assert gov.now_ms == 0
+    gov.advance(2**62 / 1e6)  # about 146 years: allowed
+    with pytest.raises(llmgov.InvalidRequest):
+        gov.advance(2**62 / 1e6 + 1e6)  # together past 2^63 ns
+    gov.try_acquire("openai/org/gpt-4o", 1).settle()
+
+
 def test_every_error_is_an_llmgov_error_with_a_code() -> None:
     for cls in (
         llmgov.RateLimited,

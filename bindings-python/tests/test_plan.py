@@ -60,3 +60,18 @@ def test_bad_input_names_the_argument(kwargs: dict, field: str) -> None:
         llmgov.plan_capacity(**args)
     assert bad.value.field == field
     assert bad.value.code == "invalid_request"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"rpm": 60, "avg_output": 100}, "avg_input"),
+        ({"rpm": 60, "avg_input": 100}, "avg_output"),
+        ({"rpm": 60, "avg_input": 100, "avg_output": 100, "rps": 3}, "rps"),
+    ],
+)
+def test_a_missing_or_unknown_keyword_names_it(kwargs: dict, field: str) -> None:
+    """Not a bare TypeError: an InvalidRequest naming the argument."""
+    with pytest.raises(llmgov.InvalidRequest) as bad:
+        llmgov.plan_capacity(**kwargs)
+    assert bad.value.field == field

@@ -132,6 +132,24 @@ def test_bad_request_arguments_are_invalid_request() -> None:
     assert both.value.field == "input_tokens"
     with pytest.raises(llmgov.UnknownScope):
         gov.try_acquire("nowhere/x", input_tokens=1)
+    with pytest.raises(llmgov.InvalidRequest) as surrogate:
+        gov.try_acquire(["tenants/\udcff", "p/shared"], input_tokens=1)
+    assert surrogate.value.field == "paths"
+    with pytest.raises(llmgov.InvalidRequest) as route:
+        gov.route("p/\udcff")
+    assert route.value.field == "paths"
+
+
+def test_a_clock_that_is_not_a_name_is_a_config_error() -> None:
+    text = config(closed_port_url(), "p")
+    for build in (lambda clock: RedisGovernor.from_toml(text, clock=clock),
+                  lambda clock: RedisGovernor.from_dict(as_dict(closed_port_url(), "p"), clock=clock)):
+        with pytest.raises(llmgov.ConfigError) as bad:
+            build(5)
+        assert (bad.value.field, bad.value.value) == ("clock", "5")
+    with pytest.raises(llmgov.InvalidRequest) as far:
+        RedisGovernor.from_toml(text, clock="manual").advance(2**70)
+    assert far.value.field == "ms"
 
 
 def test_redis_unreachable_admits_the_safe_share_then_probes_on_the_manual_clock(tmp_path: Path) -> None:

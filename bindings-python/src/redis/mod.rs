@@ -52,7 +52,7 @@ pub struct PyRedisGovernor {
 impl PyRedisGovernor {
     fn build(
         py: Python<'_>,
-        clock: &str,
+        clock: Option<&Bound<'_, PyAny>>,
         make: impl FnOnce(Arc<dyn Clock>) -> llmgov_redis::Result<RedisGovernor> + Send,
     ) -> PyResult<Self> {
         let ChosenClock { clock, manual } = config_source::clock(py, clock)?;
@@ -86,8 +86,8 @@ impl PyRedisGovernor {
     /// A governor from TOML text or a TOML file: the core's sections plus
     /// `[redis]` (a missing `redis.url` is read from `LLMGOV_REDIS_URL`).
     #[staticmethod]
-    #[pyo3(signature = (source, clock = "monotonic"))]
-    fn from_toml(py: Python<'_>, source: &Bound<'_, PyAny>, clock: &str) -> PyResult<Self> {
+    #[pyo3(signature = (source, clock = None), text_signature = "(source, clock='monotonic')")]
+    fn from_toml(py: Python<'_>, source: &Bound<'_, PyAny>, clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let text = config_source::toml_text(py, source)?;
         Self::build(py, clock, |chosen| RedisGovernor::from_toml_with_clock(&text, chosen))
     }
@@ -95,8 +95,8 @@ impl PyRedisGovernor {
     /// A governor from a config dict: the JSON form of the TOML config,
     /// with the `[redis]` section under the key `"redis"`.
     #[staticmethod]
-    #[pyo3(signature = (config, clock = "monotonic"))]
-    fn from_dict(py: Python<'_>, config: &Bound<'_, PyAny>, clock: &str) -> PyResult<Self> {
+    #[pyo3(signature = (config, clock = None), text_signature = "(config, clock='monotonic')")]
+    fn from_dict(py: Python<'_>, config: &Bound<'_, PyAny>, clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let value = config_source::dict_value(py, config)?;
         Self::build(py, clock, |chosen| RedisGovernor::from_value_with_clock(value, chosen))
     }

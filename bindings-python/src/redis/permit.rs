@@ -4,7 +4,6 @@
 use llmgov::Usage;
 use llmgov_redis::SharedPermit;
 use pyo3::prelude::*;
-use pyo3::types::PyInt;
 
 use super::PyRedisGovernor;
 use crate::args::count;
@@ -64,11 +63,7 @@ impl PyRedisPermit {
         cached_input_tokens: Option<&Bound<'_, PyAny>>,
         usage: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        // `settle(usage)`: a first argument that is not a count is a usage.
-        let (input_tokens, usage) = match (input_tokens, usage) {
-            (Some(first), None) if !first.is_none() && !first.is_instance_of::<PyInt>() => (None, Some(first)),
-            pair => pair,
-        };
+        let (input_tokens, usage) = usage::first_is_usage(input_tokens, usage);
         let actual = match usage.filter(|u| !u.is_none()) {
             Some(given) => {
                 if input_tokens.is_some() || output_tokens.is_some() || cached_input_tokens.is_some() {
