@@ -1,5 +1,6 @@
 //! `llmgov`: demo, simulate, plan, mock-server and top.
 
+use std::io::{ErrorKind, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -97,20 +98,23 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Plan { input, json } => {
             let plan = input.plan()?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&plan).expect("a plan serializes"));
+                emit(&format!("{}\n", serde_json::to_string_pretty(&plan).expect("a plan serializes")))?;
             } else {
-                print!("{plan}");
+                emit(&plan.to_string())?;
             }
         }
         Command::MockServer { config, port, host } => server::serve(&config, &host, port)?,
         Command::Top { source, once, every } => loop {
             let frame = top::render(&top::fetch(&source)?)?;
             if once {
-                print!("{frame}");
+                emit(&frame)?;
                 break;
             }
-            // Clear the screen and home the cursor, then draw.
-            print!("\x1b[2J\x1b[H{frame}");
+            // Clear the screen and home the cursor, then draw; stop once
+            // nobody reads the frames any more.
+            if !emit(&format!("\x1b[2J\x1b[H{frame}"))? {
+                break;
+            }
             std::thread::sleep(every.into());
         },
     }
@@ -119,11 +123,26 @@ fn run(command: Command) -> Result<(), CliError> {
 
 fn print_report(report: &sim::Report, json: bool) -> Result<(), CliError> {
     if json {
-        println!("{}", serde_json::to_string_pretty(report).expect("a report serializes"));
+        emit(&format!("{}\n", serde_json::to_string_pretty(report).expect("a report serializes")))?;
     } else {
-        print!("{report}");
+        emit(&report.to_string())?;
     }
     Ok(())
+}
+
+/// Writes `text` to standard output; `Ok(false)` once the reader has gone.
+///
+/// A reader that stops early (`llmgov simulate … --json | head`) does not
+/// want the rest: that is not an error, so the text is dropped and the
+/// command goes on with what else it was asked to do (the SVG plot) and
+/// exits with success. `print!` would panic there instead.
+fn emit(text: &str) -> Result<bool, CliError> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn main() -> ExitCode {

@@ -1,7 +1,7 @@
 //! The `llmgov` binary as a user runs it: demo, simulate and plan.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 fn llmgov(args: &[&str]) -> Output {
     let output = Command::new(env!("CARGO_BIN_EXE_llmgov")).args(args).output().expect("the binary runs");
@@ -52,4 +52,49 @@ fn a_missing_scenario_file_is_a_clear_error() {
     assert!(!output.status.success());
     let err = String::from_utf8_lossy(&output.stderr);
     assert!(err.contains("no/such.toml"), "{err}");
+}
+
+/// Runs `llmgov args` with its standard output a pipe whose reader goes
+/// away at once, as in `llmgov simulate … --json | head` once head exits.
+/// (The reader is dropped as soon as the child runs, long before it has
+/// parsed its arguments, let alone computed what it prints.)
+fn llmgov_into_a_closed_pipe(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_llmgov"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    drop(child.stdout.take());
+    child.wait_with_output().expect("it exits")
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_each_printing_command_quietly() {
+    let metrics = std::env::temp_dir().join(format!("llmgov-top-epipe-{}.json", std::process::id()));
+    let gov = llmgov::Governor::from_toml(
+        r#"[scopes.p]
+        limits = [{ dimension = "requests", amount = 60, window = "1m" }]"#,
+    )
+    .unwrap();
+    std::fs::write(&metrics, serde_json::to_string(&gov.metrics()).unwrap()).unwrap();
+    let svg = std::env::temp_dir().join(format!("llmgov-epipe-{}.svg", std::process::id()));
+    let fair = scenario("fair_tenants_3_to_1");
+    let commands: [&[&str]; 5] = [
+        &["simulate", &fair, "--json", "--svg", svg.to_str().unwrap()],
+        &["simulate", &fair],
+        &["plan", "--rpm", "60", "--tpm", "100000", "--avg-input", "1500", "--avg-output", "500"],
+        &["plan", "--rpm", "60", "--avg-input", "1500", "--avg-output", "500", "--json"],
+        &["top", metrics.to_str().unwrap(), "--once"],
+    ];
+    for args in commands {
+        let output = llmgov_into_a_closed_pipe(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "llmgov {args:?}: {stderr}");
+        assert!(output.status.success(), "llmgov {args:?} exited with {}: {stderr}", output.status);
+    }
+    // The plot asked for is still written when nobody reads the report.
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    std::fs::remove_file(svg).unwrap();
+    std::fs::remove_file(metrics).unwrap();
 }
