@@ -126,3 +126,51 @@ fn a_wait_on_an_undiscovered_limit_is_predicted_at_a_request_a_window() {
     gov.wake_waiters();
     assert!(matches!(poll(&mut next), Poll::Ready(Ok(_))));
 }
+
+/// 10000 tokens a minute on scope `p`.
+fn tokens() -> serde_json::Value {
+    json!({"scopes": {"p": {"limits": [{"dimension": "tokens", "amount": 10000, "window": "1m"}]}}})
+}
+
+#[test]
+fn a_head_that_leaves_lets_the_waiters_it_held_back_go_at_once() {
+    let (gov, _clock) = governor(tokens());
+    let route = gov.route(&["p"]).unwrap();
+    let _held = gov.try_acquire(&Request::new(route).input_tokens(9000)).unwrap(); // 1000 left
+    let minute = Duration::from_secs(60);
+    let mut big = gov.acquire(&Request::new(route).input_tokens(5000).deadline(minute));
+    let mut small = gov.acquire(&Request::new(route).input_tokens(500).deadline(minute));
+    assert!(poll(&mut big).is_pending() && poll(&mut small).is_pending(), "the big head holds the line");
+    drop(big);
+    // 1000 tokens are free and nobody else waits: no wake_waiters, no timer.
+    assert!(matches!(poll(&mut small), Poll::Ready(Ok(_))), "the small waiter is still parked");
+    let metrics = gov.queue_metrics();
+    assert_eq!((metrics.depth, metrics.classes[0].withdrawn, metrics.classes[0].admitted), (0, 1, 1));
+}
+
+#[test]
+fn the_scheduler_asks_for_a_poll_when_a_head_leaves_and_only_then() {
+    let config = Config::from_value(tokens()).unwrap();
+    let ledger = Ledger::new(&config).unwrap();
+    let mut scheduler = Scheduler::new(&config).unwrap();
+    let route = ledger.route(&["p"]).unwrap();
+    let _held = ledger.try_acquire(&Request::new(route).input_tokens(9000), 0).unwrap();
+    let ids: Vec<_> = [5000, 500, 400]
+        .into_iter()
+        .map(|n| scheduler.submit(&ledger, Request::new(route).input_tokens(n), "", None, 0).unwrap())
+        .collect();
+    let mut out: Vec<Outcome> = Vec::new();
+    scheduler.poll(0, &mut |r| ledger.try_acquire(r, 0), &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    let refill = scheduler.poll_timeout().unwrap();
+    assert!(refill > 0);
+    // The last in line held nobody back: the next poll stays at the refill.
+    assert!(scheduler.withdraw(ids[2]));
+    assert_eq!(scheduler.poll_timeout(), Some(refill));
+    // The head did: poll now, and the 500 tokens behind it pass.
+    assert!(scheduler.withdraw(ids[0]));
+    assert_eq!(scheduler.poll_timeout(), Some(0));
+    scheduler.poll(1, &mut |r| ledger.try_acquire(r, 1), &mut out);
+    assert!(matches!(out[..], [Outcome::Admitted { waiter, .. }] if waiter == ids[1]), "{out:?}");
+    assert!(!scheduler.withdraw(ids[1]), "answered already");
+}

@@ -68,7 +68,8 @@
 //! # Wake-ups
 //!
 //! [`Scheduler::poll_timeout`] covers refills (a refused head's
-//! `retry_after`), HTB meters and deadlines. A head refused on concurrency
+//! `retry_after`), HTB meters and deadlines, and says "at once" when a
+//! head left the queue (it may have been holding the line). A head refused on concurrency
 //! has no time to wait for: it is retried at the next poll, which a
 //! settle or cancel triggers (a permit that expires unsettled frees its
 //! slot without one; the next poll, at the latest a deadline, sees it).
@@ -208,12 +209,21 @@ impl Scheduler {
 
     /// Takes a waiter out of its queue: it left (its future was dropped, it
     /// was cancelled). False if it is not waiting (already answered).
+    ///
+    /// A waiter that headed its tenant's line may have been holding others
+    /// back (holding the line on a scope, or waiting for its meters): then
+    /// [`Self::poll_timeout`] says to poll at once, as anyone may now go.
     pub fn withdraw(&mut self, waiter: WaiterId) -> bool {
         let Some(location) = self.located.remove(&waiter) else { return false };
         self.deadlines.remove(&(location.deadline, waiter));
         let queue = &mut self.classes[location.class];
+        let flow = queue.flows.get(&location.flow);
+        let headed = flow.and_then(|f| f.waiters.keys().next()) == Some(&location.order);
         queue.take(&location.flow, &location.order);
         queue.counts.withdrawn += 1;
+        if headed && !self.located.is_empty() {
+            self.wake = Some(0);
+        }
         true
     }
 
@@ -251,7 +261,8 @@ impl Scheduler {
 
     /// When to poll next if nothing else happens (no settle, cancel, new
     /// request): the earliest refill a refused head waits for, a meter, or
-    /// a deadline. `None` when nothing waits on time (only on releases).
+    /// a deadline; at once (0) after a head left. `None` when nothing waits
+    /// on time (only on releases).
     pub fn poll_timeout(&self) -> Option<u64> {
         let deadline = self.deadlines.first().map(|(at, _)| *at);
         match (self.wake, deadline) {

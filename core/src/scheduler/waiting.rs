@@ -2,8 +2,9 @@
 //! waiter that its answer is put in (waking its task or thread), and one
 //! timer thread per governor that polls at the scheduler's next timeout.
 //!
-//! Who polls: the caller that queues a request; `settle`, `cancel` and
-//! `observe` while anyone waits (capacity came back); the timer thread at
+//! Who polls: the caller that queues a request; a waiter that leaves from
+//! the head of its line (it may have held others back); `settle`, `cancel`
+//! and `observe` while anyone waits (capacity came back); the timer thread at
 //! the next refill, meter or deadline; and [`crate::Governor::wake_waiters`],
 //! which a caller moving a [`crate::ManualClock`] (or changing limits)
 //! calls. The timer sleeps on a condition variable for the clock's
@@ -241,7 +242,16 @@ impl Queues {
         let mut state = self.state.lock();
         if state.scheduler.withdraw(id) {
             state.slots.remove(&id);
-            self.depth.store(state.scheduler.depth(), Ordering::SeqCst);
+            let now = clock.now();
+            // A head that leaves may free the line it held: the waiters
+            // behind it go now, not at the timer for its refill.
+            if state.scheduler.poll_timeout().is_some_and(|at| at <= now) {
+                self.poll_locked(&mut state, ledger, now);
+            } else {
+                self.depth.store(state.scheduler.depth(), Ordering::SeqCst);
+            }
+            drop(state);
+            self.after_poll(ledger, clock);
             return;
         }
         drop(state);
