@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::args::{self, no_unknown};
-use crate::errors::{invalid, IntoPyResult};
+use crate::errors::{self, invalid, IntoPyResult};
 use crate::governor::PyGovernor;
 use crate::permit::{PyPermit, Ready};
 use crate::request::RequestArgs;
@@ -87,11 +87,22 @@ impl Reservation {
         }
         Ok(false)
     }
+
+    /// Refuses a second entry while the first one's permit is held: its
+    /// permit would be forgotten, pending until its TTL.
+    fn not_entered(&self, py: Python<'_>) -> PyResult<()> {
+        if self.permit.is_none() {
+            return Ok(());
+        }
+        let reason = "is already entered and holds a permit; leave the block before entering it again";
+        Err(errors::invalid_text(py, "reservation", "entered", reason.to_owned()))
+    }
 }
 
 #[pymethods]
 impl Reservation {
     fn __enter__(&mut self, py: Python<'_>) -> PyResult<Py<PyPermit>> {
+        self.not_entered(py)?;
         let permit = Py::new(py, acquire_blocking(self.gov.bind(py), self.request, self.timeout)?)?;
         self.permit = Some(permit.clone_ref(py));
         Ok(permit)
@@ -111,6 +122,7 @@ impl Reservation {
         let py = slf.py();
         let (gov, request) = {
             let this = slf.borrow();
+            this.not_entered(py)?;
             (this.gov.clone_ref(py), this.request)
         };
         let waiting = acquire_async(gov.bind(py), request)?;

@@ -114,6 +114,27 @@ def test_reserve_with_settles_or_cancels() -> None:
     assert in_use == 110 + 200
 
 
+async def test_a_reservation_entered_twice_refuses_the_second_entry() -> None:
+    """The second entry's permit replaced the first's, which stayed pending
+    (reserved) until its TTL."""
+    gov = llmgov.Governor.from_dict(
+        {"scopes": {"p": {"limits": [{"dimension": "tokens", "amount": 1000, "window": "1m"}]}}}, clock="manual"
+    )
+    reserved = lambda: gov.snapshot()["scopes"][0]["limits"][0]["reserved"]  # noqa: E731
+    reservation = gov.reserve("p", input_tokens=100)
+    with reservation as permit:
+        with pytest.raises(llmgov.InvalidRequest) as twice:
+            reservation.__enter__()
+        assert twice.value.field == "reservation"
+        with pytest.raises(llmgov.InvalidRequest):
+            await reservation.__aenter__()
+        assert reserved() == 100
+    assert (permit.state, reserved()) == ("settled", 0)
+    with reservation as reused:  # once left, it may be entered again
+        pass
+    assert reused.state == "settled"
+
+
 async def test_reserve_async_with_waits_then_settles_or_cancels(gov: llmgov.Governor) -> None:
     async def use() -> str:
         async with gov.reserve("p") as permit:
