@@ -60,13 +60,15 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1")]
         host: String,
     },
-    /// Shows a governor's live state: per scope and limit a utilisation
-    /// bar, the admission counters, refusals and the queues. Reads the JSON
-    /// of a governor's `metrics()` (Rust: `serde_json` of
-    /// `Governor::metrics()`; Python: `json.dumps(gov.metrics())`; Node:
-    /// `gov.metricsJson()`; C: `llmgov_governor_metrics_json`; Go:
-    /// `MetricsJSON()`), or of a bare `snapshot()`, that an application
-    /// writes to a file or serves over HTTP.
+    /// Shows a governor's live state, read from the JSON of its `metrics()`.
+    ///
+    /// Draws per scope and limit a utilisation bar, the admission counters,
+    /// refusals and the queues. Reads the JSON of a governor's `metrics()`
+    /// (Rust: `serde_json` of `Governor::metrics()`; Python:
+    /// `json.dumps(gov.metrics())`; Node: `gov.metricsJson()`; C:
+    /// `llmgov_governor_metrics_json`; Go: `MetricsJSON()`), or of a bare
+    /// `snapshot()`, that an application writes to a file or serves over
+    /// HTTP.
     Top {
         /// A file path, or an http:// (or https://) URL serving that JSON.
         source: String,
