@@ -1,7 +1,9 @@
 package llmgov_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -73,4 +75,31 @@ func TestALongConfigShowsWhereItsNULIs(t *testing.T) {
 	if errors.As(err, &e) && (len(e.Value) > 250 || !strings.HasPrefix(e.Value, "…") || !strings.HasSuffix(e.Value, "…")) {
 		t.Errorf("want about 200 bytes around the NUL, got %d: %q", len(e.Value), e.Value)
 	}
+}
+
+func TestARouteOfAnotherGovernorIsRefused(t *testing.T) {
+	gov, _ := newGovernor(t)
+	other, _ := newGovernor(t)
+	mine := must[llmgov.Route](t)(gov.Route("tenants/acme"))
+	theirs := must[llmgov.Route](t)(other.Route("tenants/acme"))
+	if mine == theirs {
+		t.Fatalf("two governors handed out the same route number %d", mine)
+	}
+	_, err := gov.TryAcquire(llmgov.Request{Route: theirs, InputTokens: 100})
+	wantArgError(t, "TryAcquire", err, llmgov.ErrInvalidRequest, "route", fmt.Sprint(uint64(theirs)))
+	if err == nil || !strings.Contains(err.Error(), "belongs to another governor") {
+		t.Errorf("want the message to say whose route it is: %v", err)
+	}
+	_, err = gov.Acquire(context.Background(), llmgov.Request{Route: theirs, InputTokens: 100})
+	wantArgError(t, "Acquire", err, llmgov.ErrInvalidRequest, "route", fmt.Sprint(uint64(theirs)))
+	for _, g := range []*llmgov.Governor{gov, other} {
+		for _, s := range must[*llmgov.Snapshot](t)(g.Snapshot()).Scopes {
+			for _, l := range s.Limits {
+				if l.Reserved != 0 {
+					t.Errorf("%s %s holds %d after refusals", s.Path, l.Dimension, l.Reserved)
+				}
+			}
+		}
+	}
+	must[*llmgov.Permit](t)(other.TryAcquire(llmgov.Request{Route: theirs, InputTokens: 100})).Cancel()
 }

@@ -140,8 +140,11 @@ func (g *Governor) ptr() (*C.llmgov_governor, error) {
 }
 
 // Route is a set of scopes a request is charged on, resolved once from its
-// paths. It is a plain number, valid with the governor that made it.
-type Route uint32
+// paths. It is a plain number, valid with the governor that made it: it
+// carries that governor's tag, so another governor refuses it
+// (ErrInvalidRequest naming "route") rather than charging its own route of
+// the same index. It is never 0.
+type Route uint64
 
 // Class is a traffic class, interned by name; 0 is the default class.
 type Class uint32
@@ -162,7 +165,7 @@ func (g *Governor) Route(paths ...string) (Route, error) {
 		return 0, err
 	}
 	defer free()
-	var route C.uint32_t
+	var route C.uint64_t
 	err = call(func() C.llmgov_result {
 		return C.llmgov_governor_route(h, &cpaths[0], C.size_t(len(paths)), &route)
 	})

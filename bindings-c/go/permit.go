@@ -49,7 +49,7 @@ type Request struct {
 
 func (r *Request) c() C.llmgov_request {
 	req := C.llmgov_request{
-		route:               C.uint32_t(r.Route),
+		route:               C.uint64_t(r.Route),
 		class_id:            C.uint32_t(r.Class),
 		input_tokens:        C.uint64_t(r.InputTokens),
 		cached_input_tokens: C.uint64_t(r.CachedInputTokens),

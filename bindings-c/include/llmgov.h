@@ -438,16 +438,17 @@ typedef struct llmgov_permit llmgov_permit;
 typedef struct llmgov_profile llmgov_profile;
 
 /**
- * What a request asks to reserve. A zeroed struct is a valid request on
- * route 0 in the default class reserving one request (and a concurrency
- * slot); set the token counts you know.
+ * What a request asks to reserve. A zeroed struct with its `route` set is
+ * a valid request in the default class reserving one request (and a
+ * concurrency slot); set the token counts you know.
  */
 typedef struct llmgov_request {
   /**
-   * A number from `llmgov_governor_route` (not read by
-   * `llmgov_governor_try_acquire_profile`, which uses each deployment's).
+   * A number from this governor's `llmgov_governor_route` (0 is none;
+   * another governor's is refused). Not read by the acquires by profile,
+   * which use each deployment's.
    */
-  uint32_t route;
+  uint64_t route;
   /**
    * A number from `llmgov_governor_class`; 0 is the default class.
    */
@@ -1162,7 +1163,10 @@ void llmgov_governor_free(const struct llmgov_governor *governor);
  *
  * # Ownership
  * The paths are only read; `*out_route` is a plain number, valid with
- * this governor only.
+ * this governor only: it carries the governor's tag in its high 32 bits,
+ * so a request on another governor's route is refused
+ * (`LLMGOV_RESULT_INVALID_REQUEST` naming `route`), never charged to
+ * whichever of this governor's routes has the same index. It is never 0.
  *
  * # Safety
  * `governor` NULL or live; `paths` NULL (only with `paths_len` 0) or
@@ -1172,7 +1176,7 @@ void llmgov_governor_free(const struct llmgov_governor *governor);
 llmgov_result llmgov_governor_route(const struct llmgov_governor *governor,
                                     const char *const *paths,
                                     size_t paths_len,
-                                    uint32_t *out_route);
+                                    uint64_t *out_route);
 
 /**
  * Interns one scope path (creating a template scope met for the first

@@ -3,6 +3,7 @@
 //! answers snapshots as JSON and metrics as Prometheus text.
 
 use std::ffi::c_char;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use llmgov_core::{ClassId, Config, Governor, Route, ScopeId};
@@ -19,6 +20,10 @@ use crate::strings::{write_json, write_text};
 #[allow(non_camel_case_types)]
 pub struct llmgov_governor {
     pub(crate) governor: Governor,
+    /// This governor's number among those the process made (from 1): the
+    /// high half of each route number it hands out, so a route of another
+    /// governor is refused rather than read as one of this one's.
+    tag: u32,
     routes: Interned<Route>,
     scopes: Interned<ScopeId>,
     classes: Interned<ClassId>,
@@ -32,13 +37,42 @@ impl llmgov_governor {
         // Class 0 is the unnamed default class, so a zeroed request is in it.
         classes.intern(ClassId::default(), "class")?;
         let events = Arc::new(EventHook::default());
-        Ok(llmgov_governor { governor, routes: Interned::new(), scopes: Interned::new(), classes, events })
+        let tag = next_tag();
+        Ok(llmgov_governor { governor, tag, routes: Interned::new(), scopes: Interned::new(), classes, events })
     }
 
     /// The route a number names, or `invalid_request` naming `field`.
     #[inline]
-    pub(crate) fn route(&self, number: u32, field: &'static str) -> Outcome<Route> {
-        self.routes.get(number).ok_or_else(|| unknown_number(field, number, "llmgov_governor_route"))
+    pub(crate) fn route(&self, number: u64, field: &'static str) -> Outcome<Route> {
+        let (tag, index) = ((number >> 32) as u32, number as u32);
+        if tag == self.tag {
+            if let Some(route) = self.routes.get(index) {
+                return Ok(route);
+            }
+        }
+        Err(self.not_a_route(number, field))
+    }
+
+    /// The number `llmgov_governor_route` hands out for the route interned
+    /// at `index`.
+    fn route_number(&self, index: u32) -> u64 {
+        u64::from(self.tag) << 32 | u64::from(index)
+    }
+
+    /// Why `number` names none of this governor's routes.
+    #[cold]
+    fn not_a_route(&self, number: u64, field: &'static str) -> Failure {
+        let tag = (number >> 32) as u32;
+        if tag == self.tag || tag == 0 || tag >= NEXT_TAG.load(Ordering::Relaxed) {
+            return unknown_number(field, number, "llmgov_governor_route");
+        }
+        Failure::Core(llmgov_core::Error::InvalidRequest {
+            field,
+            value: number.to_string(),
+            reason: "this route belongs to another governor: route numbers are valid only with the governor whose \
+                     llmgov_governor_route returned them"
+                .to_owned(),
+        })
     }
 
     #[inline]
@@ -47,10 +81,25 @@ impl llmgov_governor {
     }
 }
 
+/// The tag of the next governor made; 0 is never one, so a zeroed route
+/// number is no route.
+static NEXT_TAG: AtomicU32 = AtomicU32::new(1);
+
+/// A tag for a new governor. After 2^32 - 1 governors the tags wrap (and
+/// skip 0); only two governors that far apart could share one.
+fn next_tag() -> u32 {
+    loop {
+        let tag = NEXT_TAG.fetch_add(1, Ordering::Relaxed);
+        if tag != 0 {
+            return tag;
+        }
+    }
+}
+
 /// A number this governor never handed out: the same code the core gives a
 /// handle from another governor.
 #[cold]
-fn unknown_number(field: &'static str, number: u32, from: &str) -> Failure {
+fn unknown_number(field: &'static str, number: impl ToString, from: &str) -> Failure {
     Failure::Core(llmgov_core::Error::InvalidRequest {
         field,
         value: number.to_string(),
@@ -186,7 +235,10 @@ pub unsafe extern "C" fn llmgov_governor_free(governor: *const llmgov_governor) 
 ///
 /// # Ownership
 /// The paths are only read; `*out_route` is a plain number, valid with
-/// this governor only.
+/// this governor only: it carries the governor's tag in its high 32 bits,
+/// so a request on another governor's route is refused
+/// (`LLMGOV_RESULT_INVALID_REQUEST` naming `route`), never charged to
+/// whichever of this governor's routes has the same index. It is never 0.
 ///
 /// # Safety
 /// `governor` NULL or live; `paths` NULL (only with `paths_len` 0) or
@@ -197,7 +249,7 @@ pub unsafe extern "C" fn llmgov_governor_route(
     governor: *const llmgov_governor,
     paths: *const *const c_char,
     paths_len: usize,
-    out_route: *mut u32,
+    out_route: *mut u64,
 ) -> llmgov_result {
     guard(|| {
         // SAFETY: the caller's contract.
@@ -215,7 +267,7 @@ pub unsafe extern "C" fn llmgov_governor_route(
             .map(|(i, &path)| unsafe { args::text(path, &format!("paths[{i}]")) })
             .collect::<Outcome<Vec<&str>>>()?;
         let route = gov.governor.route(&paths)?;
-        out.write(gov.routes.intern(route, "route")?);
+        out.write(gov.route_number(gov.routes.intern(route, "route")?));
         Ok(())
     })
 }

@@ -11,16 +11,17 @@ use crate::classify::{fill, headers, llmgov_classification, llmgov_header};
 use crate::errors::{guard, guard_infallible, llmgov_result, Outcome};
 use crate::governor::llmgov_governor;
 
-/// What a request asks to reserve. A zeroed struct is a valid request on
-/// route 0 in the default class reserving one request (and a concurrency
-/// slot); set the token counts you know.
+/// What a request asks to reserve. A zeroed struct with its `route` set is
+/// a valid request in the default class reserving one request (and a
+/// concurrency slot); set the token counts you know.
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct llmgov_request {
-    /// A number from `llmgov_governor_route` (not read by
-    /// `llmgov_governor_try_acquire_profile`, which uses each deployment's).
-    pub route: u32,
+    /// A number from this governor's `llmgov_governor_route` (0 is none;
+    /// another governor's is refused). Not read by the acquires by profile,
+    /// which use each deployment's.
+    pub route: u64,
     /// A number from `llmgov_governor_class`; 0 is the default class.
     pub class_id: u32,
     /// Estimated prompt tokens, cached ones included.

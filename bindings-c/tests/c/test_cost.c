@@ -135,7 +135,7 @@ static void thresholds_degrade_to_the_cheaper_profile_then_refuse(llmgov_manual_
 
 typedef struct {
     const llmgov_governor *gov;
-    uint32_t route;
+    uint64_t route;
     int index;
     unsigned output_from, output_spread;
     long spent;
@@ -174,7 +174,7 @@ static spender spend_together(llmgov_manual_clock *clock, unsigned output_from, 
                               const llmgov_governor **out_gov) {
     const llmgov_governor *gov = build("0.5", "{}", clock);
     const char *paths[] = {"tenants/acme", "openai/gpt-4o"};
-    uint32_t route = 0;
+    uint64_t route = 0;
     CHECK_OK(llmgov_governor_route(gov, paths, 2, &route));
     spender spenders[SPENDERS];
     pthread_t threads[SPENDERS];

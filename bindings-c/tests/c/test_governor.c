@@ -32,9 +32,9 @@ static const llmgov_governor *governor_at_zero(llmgov_manual_clock **clock) {
     return gov;
 }
 
-static uint32_t route_of(const llmgov_governor *gov, const char *tenant) {
+static uint64_t route_of(const llmgov_governor *gov, const char *tenant) {
     const char *paths[] = {tenant, "openai/org/gpt-4o"};
-    uint32_t route = UINT32_MAX;
+    uint64_t route = UINT64_MAX;
     CHECK_OK(llmgov_governor_route(gov, paths, 2, &route));
     return route;
 }
@@ -42,7 +42,7 @@ static uint32_t route_of(const llmgov_governor *gov, const char *tenant) {
 static void admission_refusal_and_refund(void) {
     llmgov_manual_clock *clock;
     const llmgov_governor *gov = governor_at_zero(&clock);
-    uint32_t route = route_of(gov, "tenants/acme");
+    uint64_t route = route_of(gov, "tenants/acme");
     CHECK(route_of(gov, "tenants/acme") == route); /* interned once */
     CHECK(route_of(gov, "tenants/zeta") != route);
 
@@ -222,7 +222,8 @@ static void json_presets_classes_and_scopes(void) {
     CHECK_OK(llmgov_governor_from_json(
         "{\"scopes\":{\"a/b\":{\"limits\":[{\"dimension\":\"requests\",\"amount\":1,\"window\":\"1h\"}]}}}", NULL, &gov));
     const char *path = "a/b/c";
-    uint32_t route = 0, scope = 0, batch = 0, again = 0;
+    uint64_t route = 0;
+    uint32_t scope = 0, batch = 0, again = 0;
     CHECK_OK(llmgov_governor_route(gov, &path, 1, &route));
     CHECK_OK(llmgov_governor_class(gov, "batch", &batch));
     CHECK_OK(llmgov_governor_class(gov, "batch", &again));

@@ -3,6 +3,7 @@
  * NULL. Each is an error that names the argument, never a crash; out
  * parameters are left untouched. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -36,11 +37,13 @@ static void null_arguments(const llmgov_governor *gov, llmgov_permit *permit) {
 
     const char *path = "openai/org";
     const char *null_path[] = {"openai/org", NULL};
-    uint32_t number = 77;
-    CHECK_FAILED(llmgov_governor_route(NULL, &path, 1, &number), LLMGOV_RESULT_NULL_ARGUMENT, "governor");
-    CHECK_FAILED(llmgov_governor_route(gov, NULL, 1, &number), LLMGOV_RESULT_NULL_ARGUMENT, "paths");
-    CHECK_FAILED(llmgov_governor_route(gov, null_path, 2, &number), LLMGOV_RESULT_NULL_ARGUMENT, "paths[1]");
+    uint64_t route = 77;
+    CHECK_FAILED(llmgov_governor_route(NULL, &path, 1, &route), LLMGOV_RESULT_NULL_ARGUMENT, "governor");
+    CHECK_FAILED(llmgov_governor_route(gov, NULL, 1, &route), LLMGOV_RESULT_NULL_ARGUMENT, "paths");
+    CHECK_FAILED(llmgov_governor_route(gov, null_path, 2, &route), LLMGOV_RESULT_NULL_ARGUMENT, "paths[1]");
     CHECK_FAILED(llmgov_governor_route(gov, &path, 1, NULL), LLMGOV_RESULT_NULL_ARGUMENT, "out_route");
+    CHECK(route == 77);
+    uint32_t number = 77;
     CHECK_FAILED(llmgov_governor_scope(gov, NULL, &number), LLMGOV_RESULT_NULL_ARGUMENT, "path");
     CHECK_FAILED(llmgov_governor_scope(NULL, path, &number), LLMGOV_RESULT_NULL_ARGUMENT, "governor");
     CHECK_FAILED(llmgov_governor_scope(gov, path, NULL), LLMGOV_RESULT_NULL_ARGUMENT, "out_scope");
@@ -118,7 +121,7 @@ static void invalid_utf8(const llmgov_governor *gov) {
     CHECK_CONTAINS(e.message, "not valid UTF-8");
 
     const char *paths[] = {"openai/org", "tenants/\xe2\x82"};
-    uint32_t route = 77;
+    uint64_t route = 77;
     CHECK_FAILED(llmgov_governor_route(gov, paths, 2, &route), LLMGOV_RESULT_INVALID_UTF8, "paths[1]");
     CHECK(route == 77);
     uint64_t tokens = 9;
@@ -135,7 +138,7 @@ static void invalid_utf8(const llmgov_governor *gov) {
 }
 
 static void bad_paths_and_numbers(const llmgov_governor *gov) {
-    uint32_t route = 77;
+    uint64_t route = 77;
     const char *unknown = "nobody/here", *empty_segment = "openai//org";
     CHECK_RESULT(llmgov_governor_route(gov, &unknown, 1, &route), LLMGOV_RESULT_UNKNOWN_SCOPE);
     CHECK_STR(last_error().scope, "nobody/here");
@@ -206,6 +209,60 @@ static void bad_paths_and_numbers(const llmgov_governor *gov) {
     CHECK(out_gov == UNTOUCHED);
 }
 
+/* Two governors of one config intern their first route at the same index:
+ * the route number tells them apart, so a request on the other's route is
+ * refused and charges nothing on either. */
+static void a_route_of_another_governor_is_refused(const llmgov_governor *gov, llmgov_manual_clock *clock) {
+    const llmgov_governor *other = NULL;
+    CHECK_OK(llmgov_governor_from_toml(CONFIG, clock, &other));
+    const char *path = "openai/org";
+    llmgov_request mine = {0}, theirs = {0};
+    CHECK_OK(llmgov_governor_route(gov, &path, 1, &mine.route));
+    CHECK_OK(llmgov_governor_route(other, &path, 1, &theirs.route));
+    CHECK(mine.route != theirs.route && mine.route != 0 && theirs.route != 0);
+    theirs.input_tokens = mine.input_tokens = 100;
+
+    llmgov_permit *permit = UNTOUCHED;
+    CHECK_FAILED(llmgov_governor_try_acquire(gov, &theirs, &permit), LLMGOV_RESULT_INVALID_REQUEST, "route");
+    llmgov_error e = last_error();
+    CHECK_CONTAINS(e.message, "`route`");
+    CHECK_CONTAINS(e.message, "belongs to another governor");
+    char number[32];
+    snprintf(number, sizeof number, "%llu", (unsigned long long)theirs.route);
+    CHECK_STR(e.value, number);
+    CHECK_FAILED(llmgov_governor_acquire(gov, &theirs, 0, &permit), LLMGOV_RESULT_INVALID_REQUEST, "route");
+    CHECK_CONTAINS(last_error().message, "belongs to another governor");
+    llmgov_cancel_token *token = llmgov_cancel_token_new();
+    CHECK_FAILED(llmgov_governor_acquire_cancellable(gov, &theirs, 0, token, &permit), LLMGOV_RESULT_INVALID_REQUEST,
+                 "route");
+    llmgov_cancel_token_free(token);
+    CHECK_FAILED(llmgov_governor_try_acquire(other, &mine, &permit), LLMGOV_RESULT_INVALID_REQUEST, "route");
+    CHECK_CONTAINS(last_error().message, "belongs to another governor");
+    CHECK(permit == UNTOUCHED);
+    char *json = NULL;
+    CHECK_OK(llmgov_governor_snapshot_json(gov, &json));
+    CHECK_CONTAINS(json, "\"reserved\":0,");
+    llmgov_string_free(json);
+    CHECK_OK(llmgov_governor_snapshot_json(other, &json));
+    CHECK_CONTAINS(json, "\"reserved\":0,");
+    llmgov_string_free(json);
+
+    /* Each on its own route: admitted. A zeroed route, or one no governor
+     * made, is no route (not "another governor's"). */
+    CHECK_OK(llmgov_governor_try_acquire(other, &theirs, &permit));
+    CHECK_OK(llmgov_permit_cancel(permit));
+    llmgov_permit_free(permit);
+    permit = UNTOUCHED;
+    theirs.route = 0;
+    CHECK_FAILED(llmgov_governor_try_acquire(gov, &theirs, &permit), LLMGOV_RESULT_INVALID_REQUEST, "route");
+    CHECK_CONTAINS(last_error().message, "not a number this governor's llmgov_governor_route returned");
+    theirs.route = UINT64_MAX;
+    CHECK_FAILED(llmgov_governor_try_acquire(gov, &theirs, &permit), LLMGOV_RESULT_INVALID_REQUEST, "route");
+    CHECK_CONTAINS(last_error().message, "not a number this governor's llmgov_governor_route returned");
+    CHECK(permit == UNTOUCHED);
+    llmgov_governor_free(other);
+}
+
 static void permit_used_after_it_was_settled(const llmgov_governor *gov) {
     const char *path = "openai/org";
     llmgov_request request = {0};
@@ -268,6 +325,7 @@ int main(void) {
     bad_paths_and_numbers(gov);
     CHECK_OK(llmgov_permit_cancel(permit));
     llmgov_permit_free(permit);
+    a_route_of_another_governor_is_refused(gov, clock);
     permit_used_after_it_was_settled(gov);
     frees_of_null_and_codes_of_anything();
     llmgov_governor_free(gov);

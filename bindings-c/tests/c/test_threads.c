@@ -11,7 +11,7 @@
 
 typedef struct {
     const llmgov_governor *gov;
-    uint32_t route;
+    uint64_t route;
     int admitted;
     int refused;
     int wrong_detail;
@@ -47,7 +47,7 @@ int main(void) {
     CHECK_OK(llmgov_governor_from_toml(
         "[scopes.shared]\nlimits = [{ dimension = \"requests\", amount = 1000, window = \"1h\" }]\n", clock, &gov));
     const char *path = "shared";
-    uint32_t route = 0;
+    uint64_t route = 0;
     CHECK_OK(llmgov_governor_route(gov, &path, 1, &route));
 
     worker workers[THREADS];

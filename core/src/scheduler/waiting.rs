@@ -307,8 +307,15 @@ impl Queues {
         self.depth.store(scheduler.depth(), Ordering::SeqCst);
         let mut timer = self.timer.state.lock();
         // A refusal that says "now" (a racing rollback) must not spin the timer.
-        timer.at = scheduler.poll_timeout().map(|at| at.max(now.saturating_add(MIN_TIMER_NS)));
-        self.timer.changed.notify_one();
+        let at = scheduler.poll_timeout().map(|at| at.max(now.saturating_add(MIN_TIMER_NS)));
+        // The timer sleeps until its old time at the latest and then reads
+        // the new one: only an earlier time must wake it (a futex call each
+        // poll was most of the cost of a poll that changed nothing).
+        let sooner = at.is_some_and(|at| timer.at.is_none_or(|old| at < old));
+        timer.at = at;
+        if sooner {
+            self.timer.changed.notify_one();
+        }
     }
 }
 
