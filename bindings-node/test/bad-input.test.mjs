@@ -117,3 +117,21 @@ test('feedback and counting: bad statuses, headers and messages', () => {
   const policy = new RetryPolicy();
   assert.throws(() => policy.advise({ attempt: -1 }), invalid('attempt'));
 });
+
+test('settle: an object that is not a usage is refused, not settled as zero tokens', () => {
+  const g = gov();
+  const permit = g.tryAcquire({ paths: ['openai/gpt-4o'], inputTokens: 100, maxOutputTokens: 100 });
+  const notUsage = (e) => {
+    invalid('usage')(e);
+    assert.match(e.reason, /is not a usage: it has neither `prompt_tokens` \(OpenAI\) nor `input_tokens`/);
+    return true;
+  };
+  for (const usage of [{}, { input_token: 100, output_token: 50 }, { outputTokens: 5 }, { completion_tokens: 5 }, { prompt_tokens: null }]) {
+    assert.throws(() => permit.settle(usage), notUsage);
+  }
+  assert.throws(() => permit.settle({ input_token: 100, output_token: 50 }), (e) => e.value === '{"input_token":100,"output_token":50}');
+  assert.equal(permit.state, 'pending');
+  assert.equal(tokensInUse(g), 200);
+  permit.settle({ input_tokens: 80, output_tokens: 5 });
+  assert.equal(tokensInUse(g), 85);
+});

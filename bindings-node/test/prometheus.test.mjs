@@ -135,7 +135,7 @@ test('queue depth and oldest waiter while a waiter is pending, and expired permi
 
   // Past the window the waiter passes; past the TTL the first expires.
   g.advance(120_000);
-  (await waiter).settle({});
+  (await waiter).settle({ inputTokens: 0 });
   text = g.prometheus();
   assert.equal(value(text, 'llmgov_queue_depth{class=""}'), 0);
   assert.equal(value(text, 'llmgov_queue_oldest_wait_seconds{class=""}'), 0);

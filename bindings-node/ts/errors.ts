@@ -151,8 +151,26 @@ native.registerErrorFactory((code, message) => new (CLASSES[code] ?? LlmgovError
  * belongs): the same `InvalidRequestError` the addon throws for a bad value.
  */
 export function invalidArgument(field: string, value: unknown, reason: string): InvalidRequestError {
-  const shown = typeof value === 'string' ? JSON.stringify(value) : String(value);
+  const shown = shownValue(value);
   const error = new InvalidRequestError(`invalid request: \`${field}\` = \`${shown}\`: ${reason}`, 'invalid_request');
   Object.assign(error, { field, value: shown, reason });
   return error;
+}
+
+/**
+ * The value as the message shows it: strings quoted, objects as JSON where
+ * they have one (plain objects and arrays; a cycle or a BigInt inside has
+ * none), other objects by their class.
+ */
+export function shownValue(value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value);
+  if (Array.isArray(value) || (typeof value === 'object' && value !== null && Object.getPrototypeOf(value) === Object.prototype)) {
+    try {
+      const json = JSON.stringify(value);
+      if (json !== undefined) return json.length > 200 ? `${json.slice(0, 197)}...` : json;
+    } catch {
+      // A cycle or a BigInt: no JSON, the type will do.
+    }
+  }
+  return String(value);
 }

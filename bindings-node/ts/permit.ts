@@ -71,8 +71,8 @@ export class Permit {
     if (this.#state !== 'pending') native.NativeGovernor.finished(this.#state);
     const u = usage as { inputTokens?: unknown; outputTokens?: unknown; cachedInputTokens?: unknown };
     let input: number, cached: number, output: number;
-    if (u !== null && typeof u === 'object' && (u.inputTokens !== undefined || u.outputTokens !== undefined)) {
-      input = optionalCount('inputTokens', u.inputTokens);
+    if (u !== null && typeof u === 'object' && typeof u.inputTokens === 'number') {
+      input = u.inputTokens;
       cached = optionalCount('cachedInputTokens', u.cachedInputTokens);
       output = optionalCount('outputTokens', u.outputTokens);
     } else {

@@ -4,10 +4,10 @@
  */
 import { invalidArgument } from './errors';
 
-/** Actual usage in llmgov's terms; every field defaults to 0. */
+/** Actual usage in llmgov's terms: `inputTokens` is required, the others default to 0. */
 export interface Usage {
   /** Prompt tokens, cached ones included. */
-  inputTokens?: number;
+  inputTokens: number;
   /** The part of them read from the prompt cache. */
   cachedInputTokens?: number;
   /** Completion tokens. */
@@ -40,28 +40,41 @@ export interface AnthropicUsage {
 /** Anything `Permit.settle` accepts. */
 export type AnyUsage = Usage | OpenAIUsage | OpenAIResponsesUsage | AnthropicUsage;
 
-/** `[input, cached, output]` from any usage shape. */
+/** A field given: neither absent nor `null` (SDKs send `null` for "none"). */
+const present = (value: unknown): boolean => value !== undefined && value !== null;
+
+/**
+ * `[input, cached, output]` from any usage shape. The input must be there
+ * (`prompt_tokens`, `input_tokens` or `inputTokens`): an object with none of
+ * them is not a usage (`{}`, a misspelt `input_token`), and settling it as
+ * zero tokens would refund the whole reservation.
+ */
 export function normalizeUsage(usage: AnyUsage): [number, number, number] {
   if (usage === null || typeof usage !== 'object') {
     throw invalidArgument('usage', usage, 'must be an object such as { inputTokens, outputTokens }');
   }
   const u = usage as Record<string, any>;
-  if (u.prompt_tokens !== undefined || u.completion_tokens !== undefined) {
+  if (present(u.prompt_tokens)) {
     const cached = u.prompt_tokens_details?.cached_tokens ?? 0;
-    return [u.prompt_tokens ?? 0, cached, u.completion_tokens ?? 0];
+    return [u.prompt_tokens, cached, u.completion_tokens ?? 0];
   }
-  if (u.input_tokens !== undefined || u.output_tokens !== undefined) {
-    if (u.cache_read_input_tokens !== undefined || u.cache_creation_input_tokens !== undefined) {
+  if (present(u.input_tokens)) {
+    if (present(u.cache_read_input_tokens) || present(u.cache_creation_input_tokens)) {
       // Anthropic counts cache reads and writes apart from input_tokens;
       // llmgov's input includes them, as OpenAI's prompt_tokens does.
       const read = u.cache_read_input_tokens ?? 0;
       const written = u.cache_creation_input_tokens ?? 0;
-      return [sum('input_tokens', u.input_tokens ?? 0, read, written), read, u.output_tokens ?? 0];
+      return [sum('input_tokens', u.input_tokens, read, written), read, u.output_tokens ?? 0];
     }
     const cached = u.input_tokens_details?.cached_tokens ?? 0;
-    return [u.input_tokens ?? 0, cached, u.output_tokens ?? 0];
+    return [u.input_tokens, cached, u.output_tokens ?? 0];
   }
-  return [u.inputTokens ?? 0, u.cachedInputTokens ?? 0, u.outputTokens ?? 0];
+  if (present(u.inputTokens)) return [u.inputTokens, u.cachedInputTokens ?? 0, u.outputTokens ?? 0];
+  throw invalidArgument(
+    'usage',
+    usage,
+    'is not a usage: it has neither `prompt_tokens` (OpenAI) nor `input_tokens` (Anthropic) nor `inputTokens` (llmgov)',
+  );
 }
 
 function sum(field: string, ...parts: unknown[]): number {
