@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 
 import llmgov from '../dist/index.js';
 
-const { Governor, InvalidConfigError, InvalidPathError, InvalidRequestError, UnknownScopeError, RetryPolicy, classifyResponse, countChatTokens, countTokens } = llmgov;
+const { Governor, InvalidConfigError, InvalidPathError, InvalidRequestError, UnknownScopeError, RetryPolicy, classifyResponse, countChatTokens, countTokens, governedFetch } = llmgov;
 
 const CONFIG = { scopes: { 'openai/gpt-4o': { limits: [{ dimension: 'tokens', amount: 100000, window: '1m' }, { dimension: 'concurrency', amount: 10 }] } } };
 const gov = () => Governor.fromJson(CONFIG, { clock: 'manual' });
@@ -134,4 +134,55 @@ test('settle: an object that is not a usage is refused, not settled as zero toke
   assert.equal(tokensInUse(g), 200);
   permit.settle({ input_tokens: 80, output_tokens: 5 });
   assert.equal(tokensInUse(g), 85);
+});
+
+test('governedFetch: an odd provider answer never fails a served call nor leaves its permit pending', async () => {
+  const g = gov();
+  const url = 'https://api.openai.com/v1/chat/completions';
+  const body = JSON.stringify({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hello there' }], max_tokens: 50 });
+  const json = (answer) => async () => new Response(JSON.stringify(answer), { status: 200, headers: { 'content-type': 'application/json' } });
+  const reservedNow = () => g.snapshot().scopes[0].limits[0].reserved;
+  const call = (fetchImpl, extra = {}) => governedFetch(g, fetchImpl, { paths: ['openai/gpt-4o'], retry: false, ...extra })(url, { method: 'POST', body });
+
+  // A usage that is not one, or whose counts are bad: served, settled as
+  // estimated (what the permit held: the input estimate and max_tokens).
+  let settledAt = 0;
+  for (const usage of [{}, { prompt_tokens: -1, completion_tokens: 3 }, { prompt_tokens: '12', completion_tokens: 3 }, { input_token: 9 }]) {
+    const response = await call(json({ choices: [], usage }));
+    assert.equal(response.status, 200);
+    assert.deepEqual(JSON.parse(await response.text()).usage, usage);
+    assert.equal(g.livePermits(), 0, JSON.stringify(usage));
+    assert.equal(reservedNow(), 0);
+    const used = tokensInUse(g) - settledAt;
+    settledAt = tokensInUse(g);
+    assert.ok(used > 50, `charged ${used}: the estimated input and the 50 max_tokens`);
+  }
+
+  // A good usage still settles with the provider's count.
+  await (await call(json({ choices: [], usage: { prompt_tokens: 7, completion_tokens: 3 } }))).text();
+  assert.equal(tokensInUse(g) - settledAt, 10);
+
+  // A body that fails midway: the read error reaches the caller, the permit is settled.
+  const failing = async () => new Response(new ReadableStream({ pull(c) { c.error(new Error('connection reset mid-body')); } }), { status: 200 });
+  await assert.rejects(call(failing), /connection reset mid-body/);
+  assert.equal(g.livePermits(), 0);
+  const failingRefusal = async () => new Response(new ReadableStream({ pull(c) { c.error(new Error('reset in a 429')); } }), { status: 429 });
+  await assert.rejects(call(failingRefusal), /reset in a 429/);
+  assert.equal(g.livePermits(), 0);
+
+  // onAttempt throwing on a 200 (a logging bug): its error is thrown, the permit settled.
+  const onAttempt = () => { throw new Error('logger bug'); };
+  await assert.rejects(call(json({ usage: { prompt_tokens: 1, completion_tokens: 1 } }), { onAttempt }), /logger bug/);
+  assert.equal(g.livePermits(), 0);
+  const sse = 'data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n';
+  const streaming = (text) => async () => new Response(text, { status: 200, headers: { 'content-type': 'text/event-stream' } });
+  await assert.rejects(call(streaming(sse), { onAttempt }), /logger bug/);
+  assert.equal(g.livePermits(), 0);
+
+  // A stream whose usage chunk is malformed: read to the end, settled as estimated.
+  const badUsage = 'data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: {"choices":[],"usage":{"prompt_tokens":"x","completion_tokens":2}}\n\ndata: [DONE]\n\n';
+  const streamed = await call(streaming(badUsage));
+  assert.equal(await streamed.text(), badUsage);
+  assert.equal(g.livePermits(), 0);
+  assert.equal(reservedNow(), 0);
 });

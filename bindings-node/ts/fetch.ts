@@ -172,33 +172,15 @@ export function governedFetch(gov: Governor, fetchImpl: Fetch, options: Governed
           throw error;
         }
         // It may have reached the provider: keep the input charged.
-        permit.settle({ inputTokens: estimate.inputTokens, outputTokens: 0 });
+        settleInput(permit, estimate.inputTokens);
         const advice = policy?.advise({ attempt, deadlineInMs: left() });
         options.onAttempt?.({ attempt, status: undefined, next: advice?.advice === 'retry_after' ? 'retry' : 'done', delayMs: advice?.delayMs });
         if (advice?.advice !== 'retry_after') throw error;
         await sleep(advice.delayMs ?? 0, signal);
         continue;
       }
-      if (response.ok) {
-        permit.report(response.status, response.headers, '');
-        options.onAttempt?.({ attempt, status: response.status, next: 'done' });
-        if (isStream(response) && response.body) {
-          const settle = (usage: AnyUsage) => settleQuietly(permit, usage);
-          return rebuilt(response, meteredStream(response.body, estimate.inputTokens, settle));
-        }
-        const text = await response.text();
-        settleQuietly(permit, usageOf(text) ?? { inputTokens: estimate.inputTokens, outputTokens: 0 });
-        return rebuilt(response, text);
-      }
-      const text = await response.text();
-      permit.report(response.status, response.headers, text);
-      if (response.status === 429 || response.status >= 500) {
-        // Refused or failed upstream: keep the request and its input charged,
-        // which paces the retries; give back the output it never produced.
-        permit.settle({ inputTokens: estimate.inputTokens, outputTokens: 0 });
-      } else {
-        permit.cancel();
-      }
+      if (response.ok) return answered(permit, response, estimate.inputTokens, (event) => options.onAttempt?.({ attempt, ...event }));
+      const text = await refused(permit, response, estimate.inputTokens);
       const advice = policy?.advise({ attempt, status: response.status, headers: response.headers, body: text, deadlineInMs: left() });
       const retry = advice?.advice === 'retry_after';
       options.onAttempt?.({ attempt, status: response.status, next: retry ? 'retry' : 'done', delayMs: advice?.delayMs });
@@ -206,6 +188,63 @@ export function governedFetch(gov: Governor, fetchImpl: Fetch, options: Governed
       await sleep(advice!.delayMs ?? 0, signal);
     }
   };
+}
+
+/**
+ * A successful answer: reports it and settles the permit from its usage
+ * (a stream's, when the stream ends). Whatever fails on the way (the body's
+ * read, `onAttempt`) is thrown after the permit is settled as estimated: the
+ * provider did the work, and a permit left pending would hold its
+ * reservation until the TTL.
+ */
+async function answered(
+  permit: Permit,
+  response: Response,
+  inputTokens: number,
+  onAttempt: (event: Omit<AttemptEvent, 'attempt'>) => void,
+): Promise<Response> {
+  let handedOver = false;
+  try {
+    permit.report(response.status, response.headers, '');
+    if (isStream(response) && response.body) {
+      try {
+        onAttempt({ status: response.status, next: 'done' });
+      } catch (error) {
+        await response.body.cancel().catch(() => undefined);
+        throw error;
+      }
+      const metered = meteredStream(response.body, inputTokens, (usage) => settleFromProvider(permit, usage));
+      handedOver = true;
+      return rebuilt(response, metered);
+    }
+    const text = await response.text();
+    settleFromProvider(permit, usageOf(text) ?? { inputTokens, outputTokens: 0 });
+    onAttempt({ status: response.status, next: 'done' });
+    return rebuilt(response, text);
+  } finally {
+    if (!handedOver) settleAsEstimated(permit);
+  }
+}
+
+/**
+ * A refused or failed answer: reads its body, reports it, and reconciles
+ * the permit. A 429 or 5xx keeps the request and its input charged, which
+ * paces the retries, and gives back the output it never produced; any other
+ * refusal gives back everything. A body that fails to read is thrown after.
+ */
+async function refused(permit: Permit, response: Response, inputTokens: number): Promise<string> {
+  let text = '';
+  try {
+    text = await response.text();
+  } finally {
+    try {
+      permit.report(response.status, response.headers, text);
+    } finally {
+      if (response.status === 429 || response.status >= 500) settleInput(permit, inputTokens);
+      else if (permit.state === 'pending') permit.cancel();
+    }
+  }
+  return text;
 }
 
 /** Reserves: waits for capacity, or answers at once with `wait: false`. */
@@ -231,13 +270,48 @@ function usageOf(text: string): AnyUsage | undefined {
 }
 
 /**
- * Settles, swallowing only `permit_expired` (a stream read for longer than
- * the permit TTL): the answer has arrived and must reach the caller.
+ * Settles with the provider's usage. An answer with a usage that is not one
+ * (`{}`, a negative or string count: a provider's or a proxy's bug) is not
+ * the caller's error: the answer has arrived and must reach them, so the
+ * permit is settled as estimated instead.
  */
-function settleQuietly(permit: Permit, usage: AnyUsage): void {
-  try {
-    permit.settle(usage);
-  } catch (error) {
-    if ((error as { code?: string }).code !== 'permit_expired') throw error;
+function settleFromProvider(permit: Permit, usage: AnyUsage): void {
+  if (permit.state === 'pending') {
+    try {
+      permit.settle(usage);
+      return;
+    } catch (error) {
+      if ((error as { code?: string }).code !== 'invalid_request') return ignoreExpired(error);
+    }
   }
+  settleAsEstimated(permit);
+}
+
+/** Settles a still pending permit with what it holds: what its expiry would charge, at once. */
+function settleAsEstimated(permit: Permit): void {
+  const held = permit.state === 'pending' ? permit.info() : null;
+  if (held === null) return;
+  try {
+    permit.settle({ inputTokens: held.inputTokens, cachedInputTokens: held.cachedInputTokens, outputTokens: held.outputTokens });
+  } catch (error) {
+    ignoreExpired(error);
+  }
+}
+
+/** Settles a still pending permit with its input and no output: a request that reached the provider, unanswered. */
+function settleInput(permit: Permit, inputTokens: number): void {
+  if (permit.state !== 'pending') return;
+  try {
+    permit.settle({ inputTokens, outputTokens: 0 });
+  } catch (error) {
+    ignoreExpired(error);
+  }
+}
+
+/**
+ * Swallows only `permit_expired` (a stream read for longer than the permit
+ * TTL: it was charged as estimated already), rethrows the rest.
+ */
+function ignoreExpired(error: unknown): void {
+  if ((error as { code?: string }).code !== 'permit_expired') throw error;
 }
