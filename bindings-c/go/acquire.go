@@ -36,18 +36,22 @@ func (g *Governor) Acquire(ctx context.Context, r Request) (*Permit, error) {
 		return nil, err
 	}
 	timeout := timeoutOf(ctx)
-	req := r.c()
+	req, err := r.c()
+	if err != nil {
+		return nil, err
+	}
 	var handle *C.llmgov_permit
 	var ce C.go_error
 	if ctx.Done() == nil { // cannot be cancelled
-		if err := fromC(C.go_acquire(h, &req, timeout, &handle, &ce), &ce); err != nil {
-			return nil, err
-		}
-		return newPermit(handle), nil
+		err = fromC(C.go_acquire(h, &req, timeout, &handle, &ce), &ce)
+	} else {
+		err = acquireCancellable(ctx, func(token *C.llmgov_cancel_token) error {
+			return fromC(C.go_acquire_cancellable(h, &req, timeout, token, &handle, &ce), &ce)
+		})
 	}
-	err = acquireCancellable(ctx, func(token *C.llmgov_cancel_token) error {
-		return fromC(C.go_acquire_cancellable(h, &req, timeout, token, &handle, &ce), &ce)
-	})
+	if caught, panicked := panicOf(ce.panic); panicked {
+		panic(caught)
+	}
 	if err != nil {
 		return nil, err
 	}

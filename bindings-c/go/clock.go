@@ -30,14 +30,11 @@ func NewManualClock(start time.Duration) *ManualClock {
 
 // Advance moves the clock forward by d (negative durations do nothing).
 func (c *ManualClock) Advance(d time.Duration) error {
-	if d < 0 {
-		return nil
+	h, err := c.ptr()
+	if err != nil || d < 0 {
+		return err
 	}
-	h := c.handle
-	if c.closed.Load() {
-		return errClosed("clock")
-	}
-	err := call(func() C.llmgov_result { return C.llmgov_manual_clock_advance(h, C.uint64_t(d)) })
+	err = call(func() C.llmgov_result { return C.llmgov_manual_clock_advance(h, C.uint64_t(d)) })
 	runtime.KeepAlive(c)
 	return err
 }
@@ -45,23 +42,23 @@ func (c *ManualClock) Advance(d time.Duration) error {
 // Set moves the clock to t if that is later than its reading; a manual
 // clock never goes backwards.
 func (c *ManualClock) Set(t time.Duration) error {
-	h := c.handle
-	if c.closed.Load() {
-		return errClosed("clock")
+	h, err := c.ptr()
+	if err != nil {
+		return err
 	}
-	err := call(func() C.llmgov_result { return C.llmgov_manual_clock_set(h, C.uint64_t(max(t, 0))) })
+	err = call(func() C.llmgov_result { return C.llmgov_manual_clock_set(h, C.uint64_t(max(t, 0))) })
 	runtime.KeepAlive(c)
 	return err
 }
 
 // Now is the clock's reading.
 func (c *ManualClock) Now() (time.Duration, error) {
-	h := c.handle
-	if c.closed.Load() {
-		return 0, errClosed("clock")
+	h, err := c.ptr()
+	if err != nil {
+		return 0, err
 	}
 	var ns C.uint64_t
-	err := call(func() C.llmgov_result { return C.llmgov_manual_clock_now(h, &ns) })
+	err = call(func() C.llmgov_result { return C.llmgov_manual_clock_now(h, &ns) })
 	runtime.KeepAlive(c)
 	return time.Duration(ns), err
 }
@@ -69,8 +66,23 @@ func (c *ManualClock) Now() (time.Duration, error) {
 // Close releases the clock now rather than when it is garbage collected.
 // Governors built on it keep reading it.
 func (c *ManualClock) Close() {
+	if c == nil || c.handle == nil {
+		return
+	}
 	if c.closed.CompareAndSwap(false, true) {
 		c.cleanup.Stop()
 		C.llmgov_manual_clock_free(c.handle)
 	}
+}
+
+// ptr is the C clock, or why c cannot be used: nil (or a zero
+// ManualClock), or closed.
+func (c *ManualClock) ptr() (*C.llmgov_manual_clock, error) {
+	if c == nil || c.handle == nil {
+		return nil, errNil("clock", clockMakers)
+	}
+	if c.closed.Load() {
+		return nil, errClosed("clock")
+	}
+	return c.handle, nil
 }

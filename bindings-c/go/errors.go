@@ -38,7 +38,7 @@ const (
 	ErrDeadlineExceeded Code = 10  // not admitted within the deadline (Error.Waited, Error.RetryAfter)
 	ErrQueueFull        Code = 11  // the class's queue is full (Error.Value is the class)
 	ErrCircuitOpen      Code = 12  // a provider scope's breaker is open (Error.Scope, Error.RetryAfter)
-	ErrNullArgument     Code = 100 // a required argument was missing (a binding bug)
+	ErrNullArgument     Code = 100 // a required handle was nil (Error.Field names it)
 	ErrInvalidUTF8      Code = 101 // a string is not valid UTF-8
 	ErrInvalidArg       Code = 102 // an argument is out of its domain
 	ErrPanic            Code = 103 // the library panicked (please report it)
@@ -57,13 +57,11 @@ func (c Code) Error() string {
 	return "llmgov: " + c.Name()
 }
 
-// ErrClosed is returned by the methods of a closed Governor, Permit or
-// ManualClock.
+// ErrClosed is what the methods of a closed Governor, Permit, Profile or
+// ManualClock fail with: an *Error with code ErrInvalidArg naming the
+// handle ("governor", "permit", …) and Value "closed", for which
+// errors.Is(err, ErrClosed) holds.
 var ErrClosed = errors.New("llmgov: closed")
-
-func errClosed(what string) error {
-	return fmt.Errorf("%w %s", ErrClosed, what)
-}
 
 // Dimension is what a limit counts: "requests", "input_tokens",
 // "output_tokens", "tokens", "concurrency" or "cost".
@@ -98,9 +96,15 @@ type Error struct {
 	// Waited is how long a deadline_exceeded request waited (0 when
 	// refused at once).
 	Waited time.Duration
+	// closed: the handle named by Field was closed (see ErrClosed).
+	closed bool
 }
 
 func (e *Error) Error() string { return "llmgov: " + e.Message }
+
+// Is makes errors.Is(err, ErrClosed) hold for a closed handle's error
+// (which unwraps to its Code, ErrInvalidArg).
+func (e *Error) Is(target error) bool { return e.closed && target == ErrClosed }
 
 // Unwrap gives the code, so errors.Is(err, llmgov.ErrRateLimited) works.
 func (e *Error) Unwrap() error { return e.Code }
@@ -142,7 +146,9 @@ func fromC(result C.llmgov_result, ce *C.go_error) error {
 	return e
 }
 
-// call runs one cold-path C call and reads its error on the same thread.
+// call runs one cold-path C call and reads its error on the same thread;
+// if an event callback panicked during it, call panics with that value
+// (after freeing the error).
 func call(f func() C.llmgov_result) error {
 	var ce C.go_error
 	runtime.LockOSThread()
@@ -150,8 +156,24 @@ func call(f func() C.llmgov_result) error {
 	if result != C.LLMGOV_RESULT_OK {
 		C.go_error_take(result, &ce)
 	}
+	caught, panicked := takePanic()
 	runtime.UnlockOSThread()
-	return fromC(result, &ce)
+	err := fromC(result, &ce)
+	if panicked {
+		panic(caught)
+	}
+	return err
+}
+
+// invalidRequest is a request field out of range, as the core words it.
+func invalidRequest(field, value, reason string) error {
+	return &Error{
+		Code:     ErrInvalidRequest,
+		CodeName: ErrInvalidRequest.Name(),
+		Message:  fmt.Sprintf("invalid request: `%s` = `%s`: %s", field, value, reason),
+		Field:    field,
+		Value:    value,
+	}
 }
 
 // invalidArg is the binding's own argument error, as the C library words

@@ -101,11 +101,19 @@ func (b *eventBridge) release() {
 
 // OnEvent sets fn as the governor's event callback, replacing any before;
 // OnEvent(nil) removes it. fn runs on the goroutine whose call caused the
-// event, before that call returns: TryAcquire for a denial, Permit.Report
-// for a rejection or a breaker change; so it may run on several goroutines
-// at once, and should return quickly. A call already under way when OnEvent
-// returns may still finish with the previous fn. A panic in fn crashes the
-// program, as in any goroutine; recover inside fn to avoid it.
+// event, before that call returns: TryAcquire, Acquire, TryAcquireProfile
+// or AcquireProfile for a denial, Permit.Report for a rejection or a
+// breaker change; so it may run on several goroutines at once, and should
+// return quickly. A call already under way when OnEvent returns may still
+// finish with the previous fn.
+//
+// A panic in fn reaches the caller: the call that caused the event panics
+// with the same value once the C library has returned (it never unwinds
+// through the library, whose state stays sound), so it can be recovered
+// there, and crashes the program otherwise, as in any goroutine. That
+// call's later events are not delivered; what it did stands (a report is
+// fed back; a refusal holds nothing, and only refusals and reports cause
+// events).
 //
 // After Close (or the governor's collection) fn is never called again. A
 // fn that refers to its governor keeps it from being collected: Close it.
@@ -135,7 +143,9 @@ func (g *Governor) OnEvent(fn func(Event)) error {
 }
 
 // deliverHeld hands fn the events a nocallback call held (see shim.h), in
-// order, and frees them.
+// order, and frees them. Events come only with refusals (the core tells
+// of denials, and of what Report fed back), so a panic of fn here never
+// strands a granted permit.
 func (b *eventBridge) deliverHeld(ce *C.go_error) {
 	text := C.GoBytes(unsafe.Pointer(ce.events), C.int(ce.events_len))
 	C.free(unsafe.Pointer(ce.events))
@@ -145,6 +155,31 @@ func (b *eventBridge) deliverHeld(ce *C.go_error) {
 			b.deliver(line)
 		}
 	}
+}
+
+// pendingPanics counts panics of event callbacks recovered in C calls and
+// not yet taken, so a call checks for one only when there is one.
+var pendingPanics atomic.Int64
+
+// takePanic takes the panic an event callback raised during the C call
+// just made on this OS thread (the caller keeps the thread locked), if
+// any.
+func takePanic() (value any, ok bool) {
+	if pendingPanics.Load() == 0 {
+		return nil, false
+	}
+	return panicOf(C.go_take_panic())
+}
+
+// panicOf is the value of the panic whose handle C kept, if any.
+func panicOf(handle C.uintptr_t) (any, bool) {
+	if handle == 0 {
+		return nil, false
+	}
+	pendingPanics.Add(-1)
+	h := cgo.Handle(handle)
+	defer h.Delete()
+	return h.Value(), true
 }
 
 // deliver parses one event and hands it to fn, if one is set.
@@ -162,13 +197,22 @@ func (b *eventBridge) deliver(raw []byte) {
 	(*fn)(event)
 }
 
+// llmgovGoEvent delivers one event from inside a C call. A panic of fn is
+// recovered here, and its value handed back to C as a cgo.Handle (0 when
+// fn returned), for the caller to panic with when the C call returns.
+//
 //export llmgovGoEvent
-func llmgovGoEvent(handle C.uintptr_t, text *C.char, n C.size_t) {
+func llmgovGoEvent(handle C.uintptr_t, text *C.char, n C.size_t) (caught C.uintptr_t) {
 	b, ok := cgo.Handle(handle).Value().(*eventBridge)
-	if !ok {
-		return
+	if !ok || b.fn.Load() == nil {
+		return 0
 	}
-	if b.fn.Load() != nil {
-		b.deliver(C.GoBytes(unsafe.Pointer(text), C.int(n)))
-	}
+	defer func() {
+		if r := recover(); r != nil {
+			pendingPanics.Add(1)
+			caught = C.uintptr_t(cgo.NewHandle(r))
+		}
+	}()
+	b.deliver(C.GoBytes(unsafe.Pointer(text), C.int(n)))
+	return 0
 }

@@ -104,10 +104,9 @@ func build(field, text string, opts []Option, make constructor) (*Governor, erro
 	defer C.free(unsafe.Pointer(ctext))
 	var clock *C.llmgov_manual_clock
 	if o.clock != nil {
-		if o.clock.closed.Load() {
-			return nil, errClosed("clock")
+		if clock, err = o.clock.ptr(); err != nil {
+			return nil, err
 		}
-		clock = o.clock.handle
 	}
 	var handle *C.llmgov_governor
 	if err := call(func() C.llmgov_result { return make(ctext, clock, &handle) }); err != nil {
@@ -126,13 +125,21 @@ func build(field, text string, opts []Option, make constructor) (*Governor, erro
 // Close returns (so fn must not call Close). Close must not run
 // concurrently with other methods; later calls return ErrClosed.
 func (g *Governor) Close() {
+	if g == nil || g.handle == nil {
+		return
+	}
 	if g.closed.CompareAndSwap(false, true) {
 		g.cleanup.Stop()
 		resources{g.handle, g.events}.free()
 	}
 }
 
+// ptr is the C governor, or why g cannot be used: nil (or a zero
+// Governor), or closed.
 func (g *Governor) ptr() (*C.llmgov_governor, error) {
+	if g == nil || g.handle == nil {
+		return nil, errNil("governor", governorMakers)
+	}
 	if g.closed.Load() {
 		return nil, errClosed("governor")
 	}

@@ -43,11 +43,16 @@ type Request struct {
 	// higher first. Only Acquire uses it.
 	Priority int32
 	// Deadline is the longest Acquire may wait for this request (the
-	// class's maximum wait caps it); 0 leaves it to the class.
+	// class's maximum wait caps it); 0 leaves it to the class. A negative
+	// one is refused (ErrInvalidRequest naming "Deadline").
 	Deadline time.Duration
 }
 
-func (r *Request) c() C.llmgov_request {
+func (r *Request) c() (C.llmgov_request, error) {
+	if r.Deadline < 0 {
+		return C.llmgov_request{}, invalidRequest("Deadline", r.Deadline.String(),
+			"must not be negative (0 leaves the wait to the class's maximum wait)")
+	}
 	req := C.llmgov_request{
 		route:               C.uint64_t(r.Route),
 		class_id:            C.uint32_t(r.Class),
@@ -64,7 +69,7 @@ func (r *Request) c() C.llmgov_request {
 		req.deadline_ns = C.uint64_t(r.Deadline)
 		req.has_deadline = true
 	}
-	return req
+	return req, nil
 }
 
 // Usage is a request's actual token counts.
@@ -103,8 +108,10 @@ func (s PermitState) String() string {
 // a permit dropped while pending stays charged and expires after the
 // permit TTL, as in Rust.
 type Permit struct {
-	mu     sync.Mutex
+	mu sync.Mutex
+	// nil once closed, and in a zero Permit.
 	handle *C.llmgov_permit
+	closed bool
 	// Frees the C permit if the Go one is collected first.
 	cleanup runtime.Cleanup
 }
@@ -117,14 +124,18 @@ func (g *Governor) TryAcquire(r Request) (*Permit, error) {
 	if err != nil {
 		return nil, err
 	}
-	req := r.c()
+	req, err := r.c()
+	if err != nil {
+		return nil, err
+	}
 	var handle *C.llmgov_permit
 	var ce C.go_error
 	result := C.go_try_acquire(h, &req, &handle, &ce)
+	err = fromC(result, &ce)
 	if ce.events != nil {
 		g.events.deliverHeld(&ce)
 	}
-	if err := fromC(result, &ce); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	return newPermit(handle), nil
@@ -137,23 +148,38 @@ func newPermit(handle *C.llmgov_permit) *Permit {
 }
 
 func (p *Permit) locked(f func(h *C.llmgov_permit) error) error {
+	if p == nil {
+		return errNil("permit", permitMakers)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.handle == nil {
-		return errClosed("permit")
+		return p.gone()
 	}
 	return f(p.handle)
+}
+
+// gone is why a permit without a handle cannot be used: closed, or a zero
+// Permit. Called with p.mu held.
+func (p *Permit) gone() error {
+	if p.closed {
+		return errClosed("permit")
+	}
+	return errNil("permit", permitMakers)
 }
 
 // Settle reconciles the permit with the actual usage: refunds what was
 // over-reserved, charges any overage. A permit reconciles once: again is
 // ErrPermitFinished; after its TTL, ErrPermitExpired.
 func (p *Permit) Settle(u Usage) error {
+	if p == nil {
+		return errNil("permit", permitMakers)
+	}
 	var ce C.go_error
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.handle == nil {
-		return errClosed("permit")
+		return p.gone()
 	}
 	return fromC(C.go_settle(p.handle, u.c(), &ce), &ce)
 }
@@ -220,12 +246,15 @@ func (p *Permit) Charged() (Usage, error) {
 // (cancel it first if the request was abandoned). Later calls return
 // ErrClosed; Close again does nothing.
 func (p *Permit) Close() {
+	if p == nil {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.handle != nil {
 		p.cleanup.Stop()
 		C.llmgov_permit_free(p.handle)
-		p.handle = nil
+		p.handle, p.closed = nil, true
 	}
 }
 

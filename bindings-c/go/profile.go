@@ -80,6 +80,9 @@ func (g *Governor) Profile(name string, consumerPaths ...string) (*Profile, erro
 // It must not run concurrently with acquires through the profile; later
 // acquires return ErrClosed.
 func (p *Profile) Close() {
+	if p == nil || p.handle == nil {
+		return
+	}
 	if p.closed.CompareAndSwap(false, true) {
 		p.cleanup.Stop()
 		C.llmgov_profile_free(p.handle)
@@ -106,25 +109,42 @@ func (p *Profile) name(c *C.char) string {
 // refuse_at it refuses on the "cost" dimension.
 // r.Route is not read: each deployment's route is used.
 func (g *Governor) TryAcquireProfile(p *Profile, r Request) (*Routed, error) {
-	h, err := g.ptr()
+	h, ph, err := g.withProfile(p)
 	if err != nil {
 		return nil, err
 	}
-	if p.closed.Load() {
-		return nil, errClosed("profile")
+	req, err := r.c()
+	if err != nil {
+		return nil, err
 	}
-	req := r.c()
 	var handle *C.llmgov_permit
 	var routed C.llmgov_routed
 	var ce C.go_error
-	result := C.go_try_acquire_profile(h, p.handle, &req, &handle, &routed, &ce)
+	result := C.go_try_acquire_profile(h, ph, &req, &handle, &routed, &ce)
+	err = fromC(result, &ce)
 	if ce.events != nil {
 		g.events.deliverHeld(&ce)
 	}
-	if err := fromC(result, &ce); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	return p.routed(handle, &routed), nil
+}
+
+// withProfile is the C governor and profile, or why either cannot be
+// used: nil (or a zero value), or closed.
+func (g *Governor) withProfile(p *Profile) (*C.llmgov_governor, *C.llmgov_profile, error) {
+	h, err := g.ptr()
+	if err != nil {
+		return nil, nil, err
+	}
+	if p == nil || p.handle == nil {
+		return nil, nil, errNil("profile", profileMakers)
+	}
+	if p.closed.Load() {
+		return nil, nil, errClosed("profile")
+	}
+	return h, p.handle, nil
 }
 
 // routed is what C said of an admitted request, in Go.

@@ -38,20 +38,20 @@ func (g *Governor) AcquireProfile(ctx context.Context, p *Profile, r Request) (*
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	h, err := g.ptr()
+	h, ph, err := g.withProfile(p)
 	if err != nil {
 		return nil, err
 	}
-	if p.closed.Load() {
-		return nil, errClosed("profile")
-	}
 	timeout := timeoutOf(ctx)
-	req := r.c()
+	req, err := r.c()
+	if err != nil {
+		return nil, err
+	}
 	var handle *C.llmgov_permit
 	var routed C.llmgov_routed
 	acquire := func(token *C.llmgov_cancel_token) error {
 		return call(func() C.llmgov_result {
-			return C.llmgov_governor_acquire_profile(h, p.handle, &req, timeout, token, &handle, &routed)
+			return C.llmgov_governor_acquire_profile(h, ph, &req, timeout, token, &handle, &routed)
 		})
 	}
 	if ctx.Done() == nil { // cannot be cancelled
@@ -75,11 +75,14 @@ func acquireCancellable(ctx context.Context, acquire func(*C.llmgov_cancel_token
 		C.llmgov_cancel_token_cancel(token)
 		close(cancelled)
 	})
+	// Deferred, so an event callback's panic out of acquire frees it too.
+	defer func() {
+		if !stop() { // the cancel has started: let it finish before the token goes
+			<-cancelled
+		}
+		C.llmgov_cancel_token_free(token)
+	}()
 	err := acquire(token)
-	if !stop() { // the cancel has started: let it finish before the token goes
-		<-cancelled
-	}
-	C.llmgov_cancel_token_free(token)
 	if errors.Is(err, ErrCancelled) {
 		return fmt.Errorf("llmgov: acquire cancelled: %w (%w)", ctx.Err(), ErrCancelled)
 	}

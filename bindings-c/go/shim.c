@@ -82,13 +82,18 @@ llmgov_result go_try_acquire(const llmgov_governor *governor, const llmgov_reque
 
 llmgov_result go_acquire(const llmgov_governor *governor, const llmgov_request *request, uint64_t timeout_ns,
                          llmgov_permit **out, go_error *err) {
-    return checked(llmgov_governor_acquire(governor, request, timeout_ns, out), err);
+    llmgov_result result = checked(llmgov_governor_acquire(governor, request, timeout_ns, out), err);
+    err->panic = go_take_panic();
+    return result;
 }
 
 llmgov_result go_acquire_cancellable(const llmgov_governor *governor, const llmgov_request *request,
                                      uint64_t timeout_ns, const llmgov_cancel_token *cancel, llmgov_permit **out,
                                      go_error *err) {
-    return checked(llmgov_governor_acquire_cancellable(governor, request, timeout_ns, cancel, out), err);
+    llmgov_result result =
+        checked(llmgov_governor_acquire_cancellable(governor, request, timeout_ns, cancel, out), err);
+    err->panic = go_take_panic();
+    return result;
 }
 
 llmgov_result go_settle(llmgov_permit *permit, llmgov_usage usage, go_error *err) {
@@ -112,6 +117,16 @@ llmgov_result go_try_acquire_profile(const llmgov_governor *governor, const llmg
     return result;
 }
 
+/* The first panic of the Go callback during this thread's current call
+ * (see shim.h), until the Go caller takes it. */
+static _Thread_local uintptr_t pending_panic;
+
+uintptr_t go_take_panic(void) {
+    uintptr_t caught = pending_panic;
+    pending_panic = 0;
+    return caught;
+}
+
 /* The handle travels as userdata: converting it to a pointer in C keeps Go
  * from seeing an integer turned into an unsafe.Pointer. */
 static void go_event_trampoline(void *userdata, const char *event_json, size_t len) {
@@ -119,7 +134,8 @@ static void go_event_trampoline(void *userdata, const char *event_json, size_t l
         keep_event(event_json, len);
         return;
     }
-    llmgovGoEvent((uintptr_t)userdata, (char *)event_json, len);
+    if (pending_panic != 0) return; /* the callback panicked in this call: no more */
+    pending_panic = llmgovGoEvent((uintptr_t)userdata, (char *)event_json, len);
 }
 
 llmgov_result go_set_event_hook(const llmgov_governor *governor, uintptr_t handle) {

@@ -24,6 +24,9 @@ typedef struct go_error {
      * the caller frees it); NULL if none. */
     char *events;
     size_t events_len;
+    /* go_acquire*: a panic of the Go event callback during the call (a
+     * cgo.Handle of its value, see go_take_panic); 0 if none. */
+    uintptr_t panic;
 } go_error;
 
 /* Fills *out from this thread's last error, which failed with `result`. */
@@ -48,7 +51,18 @@ llmgov_result go_try_acquire_profile(const llmgov_governor *governor, const llmg
                                      go_error *err);
 
 /* Routes the governor's events to the Go bridge; `handle` is a cgo.Handle
- * of the bridge, passed back as the callback's userdata. */
+ * of the bridge, passed back as the callback's userdata.
+ *
+ * A panic of the Go callback must not unwind through the library's frames
+ * (they would be skipped: locks and the callback's own bookkeeping left
+ * held). The Go side recovers it and returns a cgo.Handle of its value;
+ * the trampoline keeps the first on this thread, delivers no more events
+ * of that call, and the Go caller takes it when the call returns and
+ * panics again there. */
 llmgov_result go_set_event_hook(const llmgov_governor *governor, uintptr_t handle);
+
+/* The panic the Go callback recovered during the last call on this thread,
+ * and forgets it; 0 if none. */
+uintptr_t go_take_panic(void);
 
 #endif
