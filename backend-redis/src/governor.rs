@@ -17,7 +17,6 @@ use crate::outage::OutageDebt;
 use crate::settings::{redact, Mode, RedisConfig, Settings};
 use crate::shared::{self, Kind, SharedScope};
 use crate::store::{Admission, Ask, Reconcile, Store};
-use crate::usage;
 
 const DEFAULT_PERMIT_TTL: Duration = Duration::from_secs(600);
 
@@ -249,7 +248,7 @@ fn request(route: Route, estimate: Usage) -> Request {
 impl Inner {
     fn try_acquire(&self, route: &SharedRoute, estimate: Usage) -> Result<SharedPermit> {
         // The local engine checks its part; the shared scopes' costs are summed here.
-        usage::check(&estimate)?;
+        estimate.validate()?;
         self.check_fits(route, &estimate)?;
         let local = match route.local {
             Some(r) => Some(self.local.try_acquire(&request(r, estimate)).map_err(Error::from_core)?),
@@ -382,7 +381,7 @@ impl Inner {
         // Before anything changes: a refused usage leaves the permit pending,
         // to be settled again or cancelled (its slots still held).
         if let Some(usage) = &actual {
-            usage::check(usage)?;
+            usage.validate()?;
         }
         permit.reconciled = true;
         for (governor, part) in [(&self.local, &mut permit.local), (&self.fallback, &mut permit.fallback)] {

@@ -70,7 +70,6 @@ mod outage;
 pub mod settings;
 mod shared;
 mod store;
-mod usage;
 
 pub use errors::{Error, Result};
 pub use governor::{RedisGovernor, SharedPermit, SharedRoute};

@@ -89,10 +89,12 @@ impl Usage {
         self
     }
 
-    /// Checks that every count is plausible and the cached part does not
-    /// exceed the whole.
+    /// Checks that every count is plausible (at most [`MAX_TOKENS`]) and
+    /// the cached part does not exceed the whole: the checks the ledger
+    /// makes of every estimate and settlement, for backends that charge a
+    /// usage elsewhere. The error names the field and the value.
     #[inline]
-    pub(crate) fn validate(&self) -> crate::Result<()> {
+    pub fn validate(&self) -> crate::Result<()> {
         let largest = self.input_tokens.max(self.output_tokens);
         if largest > MAX_TOKENS || self.cached_input_tokens > self.input_tokens {
             return Err(self.invalid());
