@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"llmgov.dev/llmgov"
 )
@@ -102,4 +105,29 @@ func TestARouteOfAnotherGovernorIsRefused(t *testing.T) {
 		}
 	}
 	must[*llmgov.Permit](t)(other.TryAcquire(llmgov.Request{Route: theirs, InputTokens: 100})).Cancel()
+}
+
+func TestStatusesOutside100To999AreRefused(t *testing.T) {
+	gov, _ := newGovernor(t)
+	route := must[llmgov.Route](t)(gov.Route("tenants/a", "openai/org/gpt-4o"))
+	permit := must[*llmgov.Permit](t)(gov.TryAcquire(llmgov.Request{Route: route, InputTokens: 10}))
+	defer permit.Cancel()
+	now := time.Now()
+	retry := http.Header{"Retry-After": {"30"}}
+	for _, status := range []int{-1, 0, 99, 1000, 65535, 70000} {
+		value := strconv.Itoa(status)
+		_, err := llmgov.ClassifyResponse(status, retry, nil, llmgov.ProviderAuto, now)
+		wantArgError(t, "ClassifyResponse", err, llmgov.ErrInvalidRequest, "status", value)
+		_, err = llmgov.ClassifyResponseJSON(status, retry, nil, llmgov.ProviderAuto, now)
+		wantArgError(t, "ClassifyResponseJSON", err, llmgov.ErrInvalidRequest, "status", value)
+		_, err = permit.Report(status, retry, nil)
+		wantArgError(t, "Report", err, llmgov.ErrInvalidRequest, "status", value)
+	}
+	if s := must[*llmgov.Snapshot](t)(gov.Snapshot()); s.AdmittedThenProviderRejected != 0 {
+		t.Errorf("a refused status was fed back: %+v", s)
+	}
+	for _, status := range []int{100, 429, 999} {
+		must[llmgov.Classification](t)(llmgov.ClassifyResponse(status, nil, nil, llmgov.ProviderAuto, now))
+	}
+	must[llmgov.Classification](t)(permit.Report(999, nil, nil))
 }

@@ -130,9 +130,11 @@ func cHeaders(header http.Header) (*C.llmgov_header, C.size_t, func()) {
 	}
 }
 
+// checkStatus refuses what is no HTTP status, as the C library (and
+// Python and Node) do; it also keeps an int from being cut to uint16.
 func checkStatus(status int) error {
-	if status < 0 || status > 0xffff {
-		return invalidArg("status", strconv.Itoa(status), "not an HTTP status (0 to 65535)")
+	if status < 100 || status > 999 {
+		return invalidRequest("status", strconv.Itoa(status), "must be an HTTP status from 100 to 999")
 	}
 	return nil
 }

@@ -131,7 +131,7 @@ limits = [{ dimension = "tokens", amount = 0, window = "1m" }]`)
 	if _, err := llmgov.CountTokens(llmgov.Encoding(9), "x"); !errors.Is(err, llmgov.ErrInvalidArg) {
 		t.Errorf("bad encoding: %v", err)
 	}
-	if _, err := llmgov.ClassifyResponse(70000, nil, nil, llmgov.ProviderAuto, time.Now()); !errors.Is(err, llmgov.ErrInvalidArg) {
+	if _, err := llmgov.ClassifyResponse(70000, nil, nil, llmgov.ProviderAuto, time.Now()); !errors.Is(err, llmgov.ErrInvalidRequest) {
 		t.Errorf("bad status: %v", err)
 	}
 }

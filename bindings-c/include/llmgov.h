@@ -933,7 +933,8 @@ llmgov_result llmgov_governor_acquire_cancellable(const struct llmgov_governor *
  * Classifies a provider's answer without touching any governor (to feed
  * one, use `llmgov_permit_report`). `provider` is an `llmgov_provider`
  * (`LLMGOV_PROVIDER_AUTO` to infer it); `now_unix_ms` is the wall-clock
- * time, for resets given as dates. Never fails on any bytes.
+ * time, for resets given as dates. Never fails on any bytes; a `status`
+ * outside 100 to 999 is `LLMGOV_RESULT_INVALID_REQUEST` naming `status`.
  *
  * # Ownership
  * Headers and body are only read, during the call.
@@ -1412,7 +1413,8 @@ llmgov_result llmgov_permit_add_output(struct llmgov_permit *permit, uint64_t to
  * was read to `*out`. A 429 holds the bucket it names empty until the
  * retry-after; `remaining` headers lower buckets. Call it for successes
  * too, then settle or cancel the permit as usual. Reads the wall clock
- * (for resets given as dates).
+ * (for resets given as dates). A `status` outside 100 to 999 is
+ * `LLMGOV_RESULT_INVALID_REQUEST` naming `status`; nothing is fed back.
  *
  * # Ownership
  * Headers and body are only read, during the call.

@@ -236,6 +236,19 @@ fn provider(hint: u32) -> Outcome<ProviderHint> {
         .ok_or_else(|| Failure::argument("provider", hint, "not an llmgov_provider (0 to 11)"))
 }
 
+/// `status`, if it is an HTTP status (100 to 999, as Python and Node
+/// check), else `invalid_request` naming `status`.
+pub(crate) fn http_status(status: u16) -> Outcome<u16> {
+    if (100..=999).contains(&status) {
+        return Ok(status);
+    }
+    Err(Failure::Core(llmgov_core::Error::InvalidRequest {
+        field: "status",
+        value: status.to_string(),
+        reason: "must be an HTTP status from 100 to 999".to_owned(),
+    }))
+}
+
 /// Reads a status, headers and body as the classifier does.
 ///
 /// # Safety
@@ -249,6 +262,7 @@ unsafe fn classify(
     hint: u32,
     now_unix_ms: u64,
 ) -> Outcome<Classification> {
+    let status = http_status(status)?;
     // SAFETY: the caller's contract.
     let (headers, body) = unsafe { (headers(headers_ptr, headers_len)?, args::slice(body, body_len, "body")?) };
     Ok(classify_response(status, &headers, body, provider(hint)?, now_unix_ms))
@@ -257,7 +271,8 @@ unsafe fn classify(
 /// Classifies a provider's answer without touching any governor (to feed
 /// one, use `llmgov_permit_report`). `provider` is an `llmgov_provider`
 /// (`LLMGOV_PROVIDER_AUTO` to infer it); `now_unix_ms` is the wall-clock
-/// time, for resets given as dates. Never fails on any bytes.
+/// time, for resets given as dates. Never fails on any bytes; a `status`
+/// outside 100 to 999 is `LLMGOV_RESULT_INVALID_REQUEST` naming `status`.
 ///
 /// # Ownership
 /// Headers and body are only read, during the call.

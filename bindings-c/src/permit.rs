@@ -7,7 +7,7 @@ use std::time::Duration;
 use llmgov_core::{Permit, PermitState, Request, Route, Usage};
 
 use crate::args::{self, Out};
-use crate::classify::{fill, headers, llmgov_classification, llmgov_header};
+use crate::classify::{fill, headers, http_status, llmgov_classification, llmgov_header};
 use crate::errors::{guard, guard_infallible, llmgov_result, Outcome};
 use crate::governor::llmgov_governor;
 
@@ -281,7 +281,8 @@ pub unsafe extern "C" fn llmgov_permit_add_output(permit: *mut llmgov_permit, to
 /// was read to `*out`. A 429 holds the bucket it names empty until the
 /// retry-after; `remaining` headers lower buckets. Call it for successes
 /// too, then settle or cancel the permit as usual. Reads the wall clock
-/// (for resets given as dates).
+/// (for resets given as dates). A `status` outside 100 to 999 is
+/// `LLMGOV_RESULT_INVALID_REQUEST` naming `status`; nothing is fed back.
 ///
 /// # Ownership
 /// Headers and body are only read, during the call.
@@ -311,6 +312,7 @@ pub unsafe extern "C" fn llmgov_permit_report(
                 Out::new(out, "out")?,
             )
         };
+        let status = http_status(status)?;
         let classification = handle.governor.governor.report(&handle.permit, status, &headers, body)?;
         out.write(fill(&classification));
         Ok(())

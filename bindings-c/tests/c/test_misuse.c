@@ -263,6 +263,46 @@ static void a_route_of_another_governor_is_refused(const llmgov_governor *gov, l
     llmgov_governor_free(other);
 }
 
+/* What is no HTTP status (outside 100 to 999, as Python and Node check)
+ * is refused naming `status`, and nothing is fed back. */
+static void statuses_outside_100_to_999_are_refused(const llmgov_governor *gov) {
+    const char *path = "openai/org";
+    llmgov_request request = {0};
+    CHECK_OK(llmgov_governor_route(gov, &path, 1, &request.route));
+    llmgov_permit *permit = NULL;
+    CHECK_OK(llmgov_governor_try_acquire(gov, &request, &permit));
+    llmgov_header retry = {(const uint8_t *)"retry-after", 11, (const uint8_t *)"30", 2};
+    const uint16_t bad[] = {0, 99, 1000, 65535};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char value[8];
+        snprintf(value, sizeof value, "%u", (unsigned)bad[i]);
+        llmgov_classification c;
+        CHECK_FAILED(llmgov_response_classify(bad[i], &retry, 1, NULL, 0, LLMGOV_PROVIDER_AUTO, 0, &c),
+                     LLMGOV_RESULT_INVALID_REQUEST, "status");
+        llmgov_error e = last_error();
+        CHECK_STR(e.value, value);
+        CHECK_CONTAINS(e.message, "`status`");
+        CHECK_CONTAINS(e.message, "must be an HTTP status from 100 to 999");
+        char *json = UNTOUCHED;
+        CHECK_FAILED(llmgov_response_classify_json(bad[i], &retry, 1, NULL, 0, LLMGOV_PROVIDER_AUTO, 0, &json),
+                     LLMGOV_RESULT_INVALID_REQUEST, "status");
+        CHECK(json == UNTOUCHED);
+        CHECK_FAILED(llmgov_permit_report(permit, bad[i], &retry, 1, NULL, 0, &c), LLMGOV_RESULT_INVALID_REQUEST,
+                     "status");
+        CHECK_STR(last_error().value, value);
+    }
+    char *json = NULL;
+    CHECK_OK(llmgov_governor_snapshot_json(gov, &json));
+    CHECK_CONTAINS(json, "\"admitted_then_provider_rejected\":0");
+    llmgov_string_free(json);
+    llmgov_classification c;
+    CHECK_OK(llmgov_response_classify(100, NULL, 0, NULL, 0, LLMGOV_PROVIDER_AUTO, 0, &c));
+    CHECK_OK(llmgov_response_classify(999, NULL, 0, NULL, 0, LLMGOV_PROVIDER_AUTO, 0, &c));
+    CHECK_OK(llmgov_permit_report(permit, 200, NULL, 0, NULL, 0, &c));
+    CHECK_OK(llmgov_permit_cancel(permit));
+    llmgov_permit_free(permit);
+}
+
 static void permit_used_after_it_was_settled(const llmgov_governor *gov) {
     const char *path = "openai/org";
     llmgov_request request = {0};
@@ -326,6 +366,7 @@ int main(void) {
     CHECK_OK(llmgov_permit_cancel(permit));
     llmgov_permit_free(permit);
     a_route_of_another_governor_is_refused(gov, clock);
+    statuses_outside_100_to_999_are_refused(gov);
     permit_used_after_it_was_settled(gov);
     frees_of_null_and_codes_of_anything();
     llmgov_governor_free(gov);
