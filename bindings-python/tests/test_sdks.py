@@ -386,3 +386,19 @@ def test_an_unknown_counting_names_the_field() -> None:
     with pytest.raises(llmgov.InvalidRequest) as raised:
         GovernedTransport(gov, paths="p", counting="bogus")
     assert (raised.value.field, raised.value.value, raised.value.code) == ("counting", "'bogus'", "invalid_request")
+
+
+@pytest.mark.parametrize("status", [200, 429])
+def test_an_answer_that_outlived_the_permit_still_reaches_the_caller(status: int) -> None:
+    """A call longer than the permit TTL: the permit expired meanwhile, charged
+    as estimated. Finishing it is moot, and must not fail a served call."""
+    gov = llmgov.Governor.from_dict(dict(ODD_GOVERNOR, permit_ttl="1m"), clock="manual")
+
+    def slow(request: httpx.Request) -> httpx.Response:
+        gov.advance(120_000)
+        return httpx.Response(status, json={"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}})
+
+    transport = GovernedTransport(gov, paths="p", transport=httpx.MockTransport(slow), retry=llmgov.RetryPolicy(max_retries=0))
+    with httpx.Client(transport=transport) as client:
+        assert client.post("http://x/v1/chat/completions", json=ODD_BODY).status_code == status
+    assert gov.snapshot()["expired_permits"] == 1

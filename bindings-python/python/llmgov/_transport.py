@@ -10,7 +10,7 @@ import time
 from typing import Any, AsyncIterator, Callable, Dict, Iterator, Optional, Sequence, Union
 
 from . import _wire
-from ._llmgov import Governor, InvalidRequest, Permit, RetryPolicy, Route
+from ._llmgov import Governor, InvalidRequest, Permit, PermitExpired, RetryPolicy, Route
 
 #: `paths` for the transport: fixed paths (a path, a list, a Route), or a
 #: function of the request and its parsed JSON body returning them.
@@ -89,7 +89,7 @@ class _Governed:
         provider did not serve it), and returns the seconds to wait before
         retrying, or None to give up and hand the answer to the caller."""
         permit.report(answer.status_code, answer.headers, body)
-        permit.cancel()
+        _cancel(permit)
         advice = self.retry.advise(answer.status_code, answer.headers, body, attempt=attempt)
         return advice["delay_ms"] / 1000 if advice["advice"] == "retry_after" else None
 
@@ -104,14 +104,11 @@ class _Governed:
         provider refused the request."""
         permit.report(response.status_code, response.headers, content if response.status_code >= 400 else b"")
         if response.status_code >= 400:
-            permit.cancel()
+            _cancel(permit)
             return
         body = _wire.parse_json(content)
         usage = body.get("usage") if body else None
-        if isinstance(usage, dict):
-            _settle_reported(permit, {"usage": usage})
-        else:
-            permit.settle()
+        _settle_reported(permit, {"usage": usage} if isinstance(usage, dict) else {})
 
     @classmethod
     def _unread(cls, permit: Permit, response: Any) -> None:
@@ -128,11 +125,25 @@ def _settle_reported(permit: Permit, reported: Dict[str, Any], **otherwise: Any)
     refuses (no counts, a negative, non-integer or absurd one) must not fail
     a call that succeeded, nor leave its permit pending: the permit is then
     settled with `otherwise` (as estimated when empty). A refused settle
-    changes nothing, so the second one finds the permit still pending."""
+    changes nothing, so the second one finds the permit still pending. A
+    permit that outlived its TTL during a long call was charged as estimated,
+    which stands."""
     try:
-        permit.settle(**reported)
-    except InvalidRequest:
-        permit.settle(**otherwise)
+        try:
+            permit.settle(**reported)
+        except InvalidRequest:
+            permit.settle(**otherwise)
+    except PermitExpired:
+        pass
+
+
+def _cancel(permit: Permit) -> None:
+    """Refunds a permit the provider did not serve; one that outlived its TTL
+    meanwhile was charged as estimated, which stands."""
+    try:
+        permit.cancel()
+    except PermitExpired:
+        pass
 
 
 def _invalid(field: str, value: Any, reason: str) -> InvalidRequest:
@@ -233,7 +244,7 @@ class SyncGoverned(_Governed):
             try:
                 response = self.transport.handle_request(request)
             except self._http.TransportError:
-                permit.cancel()
+                _cancel(permit)
                 delay = self._connection_advice(attempt)
                 if delay is None:
                     raise
@@ -293,7 +304,7 @@ class AsyncGoverned(_Governed):
             try:
                 response = await self.transport.handle_async_request(request)
             except self._http.TransportError:
-                permit.cancel()
+                _cancel(permit)
                 delay = self._connection_advice(attempt)
                 if delay is None:
                     raise
