@@ -124,7 +124,7 @@ export interface AcquireArgs {
   governor: number
   /** The JavaScript layer's number for this call (for abort and its error). */
   ticket: number
-  /** Route number. */
+  /** Route number (`tagged.rs`). */
   route: number
   /** Estimated prompt tokens. */
   inputTokens: number
@@ -498,7 +498,7 @@ export interface PlanOptions {
 
 /** A request to admit through a resolved profile. */
 export interface ProfileArgs {
-  /** The profile number from `profile`. */
+  /** The profile number from `profile` (`tagged.rs`). */
   profile: number
   /** Estimated prompt tokens. */
   inputTokens: number

@@ -22,10 +22,13 @@ use crate::metrics::{metrics, metrics_json, Metrics};
 use crate::numbers::{count, millis};
 use crate::permits::Permits;
 use crate::snapshot::{queue_metrics, snapshot, QueueMetrics, Snapshot};
+use crate::tagged;
 
 /// One governor's state: the core governor plus this binding's tables.
 pub struct State {
     pub gov: Governor,
+    /// Carried by this governor's route and profile numbers (`tagged.rs`).
+    pub tag: u64,
     /// Set when the governor runs on a manual clock (tests).
     manual: Option<Arc<ManualClock>>,
     pub routes: Vec<Route>,
@@ -40,16 +43,19 @@ pub struct State {
 }
 
 impl State {
-    /// The route table's number for a core route, interning it on first sight
-    /// so that equal routes share one number.
-    pub fn route_number(&mut self, route: Route) -> u32 {
-        if let Some(&number) = self.route_numbers.get(&route.index()) {
-            return number;
-        }
-        let number = self.routes.len() as u32;
-        self.routes.push(route);
-        self.route_numbers.insert(route.index(), number);
-        number
+    /// The number JavaScript holds for a core route, interning it on first
+    /// sight so that equal routes share one number.
+    pub fn route_number(&mut self, route: Route) -> f64 {
+        let index = match self.route_numbers.get(&route.index()) {
+            Some(&index) => index,
+            None => {
+                let index = self.routes.len() as u32;
+                self.routes.push(route);
+                self.route_numbers.insert(route.index(), index);
+                index
+            }
+        };
+        tagged::number(self.tag, index as usize)
     }
 
     /// Class number `number` (from `classId`), as the core's class.
@@ -150,6 +156,7 @@ impl NativeGovernor {
         };
         let state = State {
             gov,
+            tag: tagged::next_tag(),
             manual,
             routes: Vec::new(),
             route_numbers: HashMap::new(),
@@ -208,7 +215,7 @@ impl NativeGovernor {
 
     /// Resolves paths into a route number, the same for the same scopes.
     #[napi(catch_unwind)]
-    pub fn route(&self, env: Env, paths: Vec<String>) -> Result<u32> {
+    pub fn route(&self, env: Env, paths: Vec<String>) -> Result<f64> {
         self.with(&env, |s| {
             let route = s.gov.route(&paths)?;
             Ok(s.route_number(route))
@@ -273,7 +280,7 @@ impl NativeGovernor {
         &self,
         env: Env,
         handle: f64,
-        route: u32,
+        route: f64,
         status: u32,
         headers: Vec<String>,
         body: String,
@@ -354,10 +361,11 @@ impl NativeGovernor {
     }
 }
 
-/// Route number `number` of governor `s`.
+/// The route `number` names, if it is one of governor `s`'s (`tagged.rs`).
 #[inline]
-pub fn route_of(s: &State, number: u32) -> llmgov::Result<Route> {
-    s.routes.get(number as usize).copied().ok_or_else(|| invalid("route", number, "not a route of this governor"))
+pub fn route_of(s: &State, number: f64) -> llmgov::Result<Route> {
+    let index = tagged::index("route", s.tag, number)?;
+    s.routes.get(index).copied().ok_or_else(|| invalid("route", number, "not a route of this governor"))
 }
 
 fn ns_to_ms(ns: u64) -> f64 {

@@ -90,7 +90,7 @@ fn args<const N: usize>() -> llmgov::Result<[f64; N]> {
     Ok(out)
 }
 
-/// A small index (governor, route, class) the JavaScript layer wrote.
+/// A small index (governor, class) the JavaScript layer wrote.
 #[inline]
 fn index(field: &'static str, value: f64) -> llmgov::Result<u32> {
     let n = count(field, value)?;
@@ -114,7 +114,7 @@ fn try_acquire() -> llmgov::Result<f64> {
             expected_output: (has_expected != 0.0).then_some(expected),
             class_number: index("klass", class)?,
         };
-        let request = s.request(route_of(s, index("route", route)?)?, counts)?;
+        let request = s.request(route_of(s, route)?, counts)?;
         let permit = s.gov.try_acquire(&request)?;
         let now = permit.acquired_at();
         Ok(s.permits.insert(permit, now))

@@ -16,6 +16,7 @@ mod permits;
 mod plan;
 mod routing;
 mod snapshot;
+mod tagged;
 mod tokens;
 mod waiting;
 

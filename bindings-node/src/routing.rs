@@ -12,13 +12,14 @@ use napi_derive::napi;
 
 use crate::errors::{invalid, OrThrow};
 use crate::governor::{with, Counts, NativeGovernor, State};
+use crate::tagged;
 use crate::waiting::{start_wait, waiting, Grant, Started, WaitArgs};
 
 /// A request to admit through a resolved profile.
 #[napi(object)]
 pub struct ProfileArgs {
-    /// The profile number from `profile`.
-    pub profile: u32,
+    /// The profile number from `profile` (`tagged.rs`).
+    pub profile: f64,
     /// Estimated prompt tokens.
     pub input_tokens: f64,
     /// Part of them expected from the prompt cache.
@@ -39,7 +40,7 @@ pub struct ProfileGrant {
     pub handle: f64,
     /// The route number of the chosen deployment plus the consumer's scopes
     /// (the route the permit is charged on, and reports go to).
-    pub route: u32,
+    pub route: f64,
     /// The profile that served it: the one asked for, or a fallback's.
     pub profile: String,
     /// The chosen deployment's scope path.
@@ -57,11 +58,11 @@ impl NativeGovernor {
     /// Resolves profile `name` and its fallback chain for the consumer's
     /// scope paths (charged on every deployment too) into a profile number.
     #[napi(catch_unwind)]
-    pub fn profile(&self, env: Env, name: String, consumer: Vec<String>) -> Result<u32> {
+    pub fn profile(&self, env: Env, name: String, consumer: Vec<String>) -> Result<f64> {
         self.with(&env, |s| {
             let profile = s.gov.profile(&name, &consumer)?;
             s.profiles.push(profile);
-            Ok((s.profiles.len() - 1) as u32)
+            Ok(tagged::number(s.tag, s.profiles.len() - 1))
         })
     }
 
@@ -96,10 +97,9 @@ pub fn acquire_profile_start(env: &Env, wait: WaitArgs, request: ProfileArgs) ->
 /// The profile `args` names and the request it describes, on the profile's
 /// first deployment (the core moves it to the one chosen).
 fn profile_request<'s>(s: &'s State, args: &ProfileArgs) -> llmgov::Result<(&'s ProfileRoute, Request)> {
-    let profile = s
-        .profiles
-        .get(args.profile as usize)
-        .ok_or_else(|| invalid("profile", args.profile, "not a profile of this governor"))?;
+    let index = tagged::index("profile", s.tag, args.profile)?;
+    let profile =
+        s.profiles.get(index).ok_or_else(|| invalid("profile", args.profile, "not a profile of this governor"))?;
     let counts = Counts {
         input: args.input_tokens,
         cached_input: args.cached_input_tokens,

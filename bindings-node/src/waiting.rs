@@ -89,8 +89,8 @@ pub struct AcquireArgs {
     pub governor: u32,
     /// The JavaScript layer's number for this call (for abort and its error).
     pub ticket: u32,
-    /// Route number.
-    pub route: u32,
+    /// Route number (`tagged.rs`).
+    pub route: f64,
     /// Estimated prompt tokens.
     pub input_tokens: f64,
     /// Part of them expected from the prompt cache.

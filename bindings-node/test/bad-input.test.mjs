@@ -186,3 +186,38 @@ test('governedFetch: an odd provider answer never fails a served call nor leaves
   assert.equal(g.livePermits(), 0);
   assert.equal(reservedNow(), 0);
 });
+
+test("routes and profiles: another governor's number is refused, not taken for this one's", async () => {
+  const config = {
+    scopes: {
+      'openai/org': { limits: [{ dimension: 'tokens', amount: 10000, window: '1m' }] },
+      'azure/eastus': { limits: [{ dimension: 'tokens', amount: 8000, window: '1m' }] },
+    },
+    profiles: { 'gpt-4o': { deployments: ['openai/org', 'azure/eastus'] } },
+  };
+  const g = Governor.fromJson(config, { clock: 'manual' });
+  const other = Governor.fromJson(config, { clock: 'manual' });
+  const mine = g.route(['openai/org']);
+  const theirs = other.route(['azure/eastus']);
+  assert.notEqual(mine, theirs, 'the first route of each governor');
+  assert.ok(Number.isSafeInteger(theirs));
+  const foreign = (field) => (e) => {
+    invalid(field, String(field === 'route' ? theirs : theirsProfile))(e);
+    assert.match(e.reason, new RegExp(`^this ${field} belongs to another governor`));
+    return true;
+  };
+  const theirsProfile = other.profile('gpt-4o');
+  assert.throws(() => g.tryAcquire({ route: theirs, inputTokens: 1 }), foreign('route'));
+  await assert.rejects(g.acquire({ route: theirs, inputTokens: 1 }), foreign('route'));
+  g.profile('gpt-4o');
+  assert.throws(() => g.tryAcquireProfile({ profile: theirsProfile, inputTokens: 1 }), foreign('profile'));
+  await assert.rejects(g.acquireProfile({ profile: theirsProfile, inputTokens: 1 }), foreign('profile'));
+  // A bare index (what route numbers were) names no route either.
+  assert.throws(() => g.tryAcquire({ route: 0, inputTokens: 1 }), (e) => e.field === 'route' && /another governor/.test(e.reason));
+  assert.equal(g.livePermits(), 0);
+  assert.equal(g.snapshot().admitted, 0);
+  // Each governor's own numbers work.
+  g.tryAcquire({ route: mine, inputTokens: 1 }).cancel();
+  other.tryAcquire({ route: theirs, inputTokens: 1 }).cancel();
+  other.tryAcquireProfile({ profile: theirsProfile, inputTokens: 1 }).cancel();
+});
