@@ -174,3 +174,50 @@ fn the_scheduler_asks_for_a_poll_when_a_head_leaves_and_only_then() {
     assert!(matches!(out[..], [Outcome::Admitted { waiter, .. }] if waiter == ids[1]), "{out:?}");
     assert!(!scheduler.withdraw(ids[1]), "answered already");
 }
+
+/// Tenants under `tenants/*`, a million tokens a minute each; acme may be
+/// served at most 1000 tokens a minute.
+fn acme_ceiling() -> serde_json::Value {
+    json!({
+        "shares": {"tenants/acme": {"ceiling": 1000, "window": "1m"}},
+        "scopes": {"tenants/*": {"limits": [{"dimension": "tokens", "amount": 1_000_000, "window": "1m"}]}}
+    })
+}
+
+#[test]
+fn a_ceiling_binds_requests_admitted_without_waiting() {
+    let (gov, clock) = governor(acme_ceiling());
+    let acme = gov.route(&["tenants/acme"]).unwrap();
+    let mut futures: Vec<Acquire> = (0..10).map(|_| gov.acquire(&Request::new(acme).input_tokens(500))).collect();
+    let ready: Vec<bool> = futures.iter_mut().map(|f| poll(f).is_ready()).collect();
+    assert_eq!(ready, [true, true, false, false, false, false, false, false, false, false], "1000 tokens at t=0");
+    // The ceiling lets 500 more through every 30 s, to the next in line.
+    clock.advance(Duration::from_secs(30));
+    gov.wake_waiters();
+    let ready: Vec<bool> = futures[2..].iter_mut().map(|f| poll(f).is_ready()).collect();
+    assert_eq!(ready, [true, false, false, false, false, false, false, false]);
+    // A tenant without a ceiling is not held: a million tokens at once.
+    let other = gov.route(&["tenants/other"]).unwrap();
+    for _ in 0..10 {
+        assert!(poll(&mut gov.acquire(&Request::new(other).input_tokens(100_000))).is_ready());
+    }
+}
+
+#[test]
+fn a_wait_for_a_ceiling_past_the_deadline_is_refused_at_once() {
+    let (gov, clock) = governor(acme_ceiling());
+    let acme = gov.route(&["tenants/acme"]).unwrap();
+    let _all = gov.acquire_blocking(&Request::new(acme).input_tokens(1000), None).unwrap();
+    let request = Request::new(acme).input_tokens(500);
+    match gov.acquire_blocking(&request.deadline(Duration::from_secs(29)), None) {
+        Err(Error::DeadlineExceeded { waited, retry_after, .. }) => {
+            assert_eq!((waited, retry_after), (Duration::ZERO, Some(Duration::from_secs(30))))
+        }
+        other => panic!("expected a refusal at once, got {other:?}"),
+    }
+    let mut patient = gov.acquire(&request.deadline(Duration::from_secs(30)));
+    assert!(patient.is_waiting());
+    clock.advance(Duration::from_secs(30));
+    gov.wake_waiters();
+    assert!(matches!(poll(&mut patient), Poll::Ready(Ok(_))));
+}

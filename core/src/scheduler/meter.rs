@@ -71,7 +71,7 @@ impl Meters {
     /// `Ok` when a request of `cost` may be served in `phase` at `now`;
     /// otherwise the time it may be (`None`: never in this phase).
     pub fn eligible(&self, phase: Phase, cost: u64, now: u64) -> Result<(), Option<u64>> {
-        let ceiling_at = self.ceiling.map_or(0, |c| c.conforms_at(cost));
+        let ceiling_at = self.ceiling_at(cost);
         let at = match phase {
             Phase::Guaranteed => match &self.guarantee {
                 None => return Err(None),
@@ -84,6 +84,11 @@ impl Meters {
         } else {
             Err(Some(at))
         }
+    }
+
+    /// The earliest time the ceiling lets `cost` through (0 without one).
+    pub fn ceiling_at(&self, cost: u64) -> u64 {
+        self.ceiling.map_or(0, |c| c.conforms_at(cost))
     }
 
     /// Books an admission of `cost` at `now` in `phase`. The ceiling counts

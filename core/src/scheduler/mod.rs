@@ -22,7 +22,12 @@
 //!    their ceiling (borrowing), each phase its own round robin. The
 //!    guarantee meter counts what was served under the guarantee, the
 //!    ceiling counts everything: a tenant gets its guarantee plus its
-//!    weighted share of what is spare, up to its ceiling.
+//!    weighted share of what is spare, up to its ceiling. The ceiling binds
+//!    requests that need not wait too: while nobody waits,
+//!    [`crate::Governor::acquire`] and `acquire_blocking` admit under the
+//!    ceiling and charge it, and a request over it waits for it (refused at
+//!    once if that is past its deadline). [`crate::Governor::try_acquire`]
+//!    does not go through the queues: it neither reads nor charges a ceiling.
 //! 3. **Tenants**, within a phase, by deficit round robin on token cost:
 //!    each visit credits `quantum × weight` tokens, and a tenant's head is
 //!    admitted while its deficit covers its cost (input plus expected
@@ -178,7 +183,8 @@ impl Scheduler {
         let route = self.route_info(ledger, request.route, now)?;
         let class = self.class(class_name);
         let cost = Cost::of(&request);
-        let predicted = predict::predicted_wait(ledger, &self.classes, class, &route, &cost, now)?;
+        let predicted = predict::predicted_wait(ledger, &self.classes, class, &route, &cost, now)?
+            .max(self.ceiling_wait(&route, class, &cost, now));
         let queue = &mut self.classes[class];
         let retry_after = Some(Duration::from_nanos(predicted));
         if queue.depth() >= queue.settings.queue_bound {
@@ -205,6 +211,43 @@ impl Scheduler {
         self.deadlines.insert((deadline, id));
         self.wake = Some(now);
         Ok(id)
+    }
+
+    /// Whether any share has a ceiling: only then is a request admitted
+    /// without waiting metered ([`Self::admit_unqueued`]).
+    pub(crate) fn has_ceilings(&self) -> bool {
+        self.settings.shares.values().any(|share| share.ceiling.is_some())
+    }
+
+    /// Admits `request` at `now` through `admit` without queueing it (for
+    /// when nobody waits), charging its tenant's ceiling as a waiter's
+    /// admission is charged: a ceiling binds every request, waiting or not.
+    /// `Ok(None)` when the ceiling does not let it through now: queue it
+    /// with [`Self::submit`] to wait for the ceiling. Errors are `admit`'s.
+    pub(crate) fn admit_unqueued(
+        &mut self,
+        ledger: &Ledger,
+        request: &Request,
+        now: u64,
+        admit: &mut dyn FnMut(&Request) -> Result<Permit>,
+    ) -> Result<Option<Permit>> {
+        let route = self.route_info(ledger, request.route, now)?;
+        if route.share.ceiling.is_none() {
+            return admit(request).map(Some);
+        }
+        let cost = Cost::of(request).tokens();
+        if !self.meters.contains_key(&route.flow) {
+            self.meters.insert(route.flow.clone(), Meters::new(&route.share));
+            // Without waiters no poll forgets them: a new tenant does.
+            self.forget_idle_meters(now);
+        }
+        let meter = self.meters.get_mut(&route.flow).expect("inserted above");
+        if meter.eligible(Phase::Borrowing, cost, now).is_err() {
+            return Ok(None);
+        }
+        let permit = admit(request)?;
+        meter.charge(Phase::Borrowing, cost, now);
+        Ok(Some(permit))
     }
 
     /// Takes a waiter out of its queue: it left (its future was dropped, it
@@ -301,6 +344,15 @@ impl Scheduler {
             let active: BTreeSet<&FlowKey> = self.classes.iter().flat_map(|q| q.flows.keys()).collect();
             self.meters.retain(|key, meter| active.contains(key) || !meter.idle(now));
         }
+    }
+
+    /// How long the tenant's ceiling keeps a new request of `cost` in
+    /// `class` waiting, behind what its tenant already has waiting there.
+    fn ceiling_wait(&self, route: &RouteInfo, class: usize, cost: &Cost, now: u64) -> u64 {
+        let Some(meter) = self.meters.get(&route.flow) else { return 0 };
+        let flow = self.classes[class].flows.get(&route.flow).filter(|f| !f.waiters.is_empty());
+        let queued = flow.map_or(0, |f| f.backlog.tokens());
+        meter.ceiling_at(queued.saturating_add(cost.tokens())).saturating_sub(now)
     }
 
     fn route_info(&mut self, ledger: &Ledger, route: Route, now: u64) -> Result<Arc<RouteInfo>> {

@@ -120,6 +120,9 @@ struct Queues {
     depth: AtomicUsize,
     /// Set by a hook that could not take the lock: its holder polls again.
     dirty: AtomicBool,
+    /// Whether a share has a ceiling: then even a request that need not
+    /// wait is admitted under the lock, charging its tenant's ceiling.
+    ceilings: bool,
     timer: Timer,
 }
 
@@ -135,6 +138,7 @@ impl Waiting {
     pub fn new(config: &Config) -> Result<Self> {
         let state = State { scheduler: Scheduler::new(config)?, slots: HashMap::new(), outcomes: Vec::new() };
         let queues = Queues {
+            ceilings: state.scheduler.has_ceilings(),
             state: Mutex::new(state),
             depth: AtomicUsize::new(0),
             dirty: AtomicBool::new(false),
@@ -203,13 +207,21 @@ impl Queues {
     ) -> Result<Entry> {
         let now = clock.now();
         if self.depth.load(Ordering::SeqCst) == 0 {
-            // Nobody waits, so nobody holds a line: the ledger decides, and
-            // only a request that must wait takes the lock. (A waiter queued
+            // Nobody waits, so nobody holds a line: the ledger decides (and
+            // a share's ceiling, read under the lock), and only a request
+            // that must wait, or is under a ceiling, takes the lock. (A waiter queued
             // meanwhile by another thread is passed as by `try_acquire`.)
             // A request that waits is not refused: only a refusal that
             // reaches the caller is counted.
-            match ledger.try_acquire_uncounted(&request, now) {
-                Ok(permit) => return Ok(Entry::Admitted(permit)),
+            let admitted = if self.ceilings {
+                self.admit_unqueued(ledger, &request, now)
+            } else {
+                ledger.try_acquire_uncounted(&request, now).map(Some)
+            };
+            match admitted {
+                Ok(Some(permit)) => return Ok(Entry::Admitted(permit)),
+                // Its tenant's ceiling (or a waiter queued meanwhile): wait.
+                Ok(None) => {}
                 Err(crate::Error::RateLimited { .. }) => {}
                 // A breaker that stays open past the caller's patience is a
                 // failure to report now, not to wait for.
@@ -236,6 +248,17 @@ impl Queues {
             Some(Err(error)) => Err(error),
             None => Ok(Entry::Waiting(id, slot)),
         }
+    }
+
+    /// Admits a request nobody waits before, charging its tenant's
+    /// ceiling, under the lock the meters are kept under. `Ok(None)` if it
+    /// must wait: for its ceiling, or behind a waiter queued meanwhile.
+    fn admit_unqueued(&self, ledger: &Ledger, request: &Request, now: u64) -> Result<Option<Permit>> {
+        let mut state = self.state.lock();
+        if state.scheduler.depth() > 0 {
+            return Ok(None);
+        }
+        state.scheduler.admit_unqueued(ledger, request, now, &mut |r| ledger.try_acquire_uncounted(r, now))
     }
 
     fn leave(&self, id: WaiterId, slot: &Slot, ledger: &Ledger, clock: &dyn Clock) {
