@@ -11,7 +11,7 @@ use napi_derive::napi;
 use serde_json::Value;
 
 use crate::errors::{invalid, OrThrow};
-use crate::numbers::{count, millis, MAX_SAFE};
+use crate::numbers::{count, js, millis, MAX_SAFE};
 
 /// What one provider answer says about limits (the core's
 /// `Classification`, camelCased).
@@ -88,10 +88,13 @@ fn header_pairs(flat: &[String]) -> llmgov::Result<Vec<(&str, &str)>> {
     Ok(flat.chunks_exact(2).map(|pair| (pair[0].as_str(), pair[1].as_str())).collect())
 }
 
-fn status_code(status: u32) -> llmgov::Result<u16> {
-    match u16::try_from(status) {
-        Ok(code) if (100..=999).contains(&code) => Ok(code),
-        _ => Err(invalid("status", status, "must be an HTTP status code (100 to 999)")),
+/// An HTTP status as JavaScript gives it: a whole number from 100 to 999
+/// (never wrapped nor truncated into that range).
+fn status_code(status: f64) -> llmgov::Result<u16> {
+    if (100.0..=999.0).contains(&status) && status.fract() == 0.0 {
+        Ok(status as u16)
+    } else {
+        Err(invalid("status", js(status), "must be an HTTP status code (100 to 999)"))
     }
 }
 
@@ -102,7 +105,7 @@ fn wall_ms() -> u64 {
 /// Classifies an answer; returns it for JavaScript and for the core.
 pub fn classify(
     env: &Env,
-    status: u32,
+    status: f64,
     headers: &[String],
     body: &str,
     provider: Option<&str>,
@@ -137,7 +140,7 @@ pub fn classify(
 #[napi(js_name = "nativeClassifyResponse", catch_unwind)]
 pub fn classify_response(
     env: Env,
-    status: u32,
+    status: f64,
     headers: Vec<String>,
     body: String,
     provider: Option<String>,
@@ -150,7 +153,7 @@ pub fn classify_response(
 #[napi(object)]
 pub struct RetryOptions {
     /// Retries per request at most (default 2).
-    pub max_retries: Option<u32>,
+    pub max_retries: Option<f64>,
     /// Base of the exponential backoff in ms (default 500).
     pub base_delay_ms: Option<f64>,
     /// Cap of the exponential backoff in ms (default 8000).
@@ -160,7 +163,7 @@ pub struct RetryOptions {
     /// Share of the window's requests that may be retried, in [0, 1] (default 0.1).
     pub budget_ratio: Option<f64>,
     /// Retries allowed per window however few requests it saw (default 10).
-    pub budget_min_retries: Option<u32>,
+    pub budget_min_retries: Option<f64>,
 }
 
 /// Why a retry can succeed or why to give up.
@@ -207,7 +210,7 @@ fn retry_config(options: Option<RetryOptions>) -> llmgov::Result<RetryConfig> {
     let Some(o) = options else { return Ok(config) };
     let mut budget = BudgetConfig::default();
     if let Some(n) = o.max_retries {
-        config.max_retries = n;
+        config.max_retries = retries("max_retries", n)?;
     }
     if let Some(ms) = o.base_delay_ms {
         config.base_delay = millis("base_delay_ms", ms)?;
@@ -222,10 +225,16 @@ fn retry_config(options: Option<RetryOptions>) -> llmgov::Result<RetryConfig> {
         budget.ratio = ratio;
     }
     if let Some(n) = o.budget_min_retries {
-        budget.min_retries = n;
+        budget.min_retries = retries("budget_min_retries", n)?;
     }
     config.budget = budget;
     Ok(config)
+}
+
+/// A number of retries: a whole number from 0 to 2^32 − 1 (never wrapped).
+fn retries(field: &'static str, value: f64) -> llmgov::Result<u32> {
+    let n = count(field, value)?;
+    u32::try_from(n).map_err(|_| invalid(field, n, "must be at most 2^32 - 1"))
 }
 
 #[napi]
@@ -254,15 +263,17 @@ impl RetryPolicy {
         &self,
         env: Env,
         attempt: u32,
-        status: Option<u32>,
+        status: Option<f64>,
         headers: Vec<String>,
         body: String,
         deadline_in_ms: Option<f64>,
     ) -> Result<Advice> {
         let now = self.clock.now();
         let deadline = match deadline_in_ms {
+            // Far deadlines are capped; NaN stays NaN, refused by `millis`.
             Some(ms) => {
-                Some(now.saturating_add(duration_ns(millis("deadline_in_ms", ms.min(MAX_SAFE)).or_throw(&env)?)))
+                let capped = if ms > MAX_SAFE { MAX_SAFE } else { ms };
+                Some(now.saturating_add(duration_ns(millis("deadline_in_ms", capped).or_throw(&env)?)))
             }
             None => None,
         };

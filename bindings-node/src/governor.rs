@@ -281,7 +281,7 @@ impl NativeGovernor {
         env: Env,
         handle: f64,
         route: f64,
-        status: u32,
+        status: f64,
         headers: Vec<String>,
         body: String,
     ) -> Result<Classification> {

@@ -45,7 +45,7 @@ fn bad_count(field: &'static str, value: f64) -> Error {
 }
 
 /// The value as JavaScript prints it (`NaN`, `-1`, `1.5`, `Infinity`).
-fn js(value: f64) -> String {
+pub fn js(value: f64) -> String {
     if value.is_nan() {
         "NaN".into()
     } else if value.is_infinite() {

@@ -26,7 +26,7 @@ function invalid(field, value) {
     assert.equal(e.code, 'invalid_request');
     assert.equal(e.field, field);
     if (value !== undefined) assert.equal(e.value, value);
-    assert.match(e.message, new RegExp(`\`${field}\``));
+    assert.ok(e.message.includes(`\`${field}\``), e.message);
     return true;
   };
 }
@@ -220,4 +220,85 @@ test("routes and profiles: another governor's number is refused, not taken for t
   g.tryAcquire({ route: mine, inputTokens: 1 }).cancel();
   other.tryAcquire({ route: theirs, inputTokens: 1 }).cancel();
   other.tryAcquireProfile({ profile: theirsProfile, inputTokens: 1 }).cancel();
+});
+
+test('conversions: wrong types, wrapped numbers and unknown keys are InvalidRequestErrors naming the field', async () => {
+  const g = gov();
+  const route = g.route(['openai/gpt-4o']);
+  const didYouMean = (field, near) => (e) => invalid(field)(e) && e.reason.includes(`did you mean ${near}?`);
+
+  // Strings where the addon converts: no napi StringExpected / NumberExpected.
+  assert.throws(() => g.tryAcquire({ route, text: 'hi', model: 5 }), invalid('model', '5'));
+  assert.throws(() => countTokens('hi', 5), invalid('model', '5'));
+  assert.throws(() => classifyResponse(429, {}, '', { provider: 5 }), invalid('provider', '5'));
+  assert.throws(() => classifyResponse(429, {}, '', { nowMs: 'x' }), invalid('nowMs', '"x"'));
+  assert.throws(() => classifyResponse(429, {}, '', null), invalid('options', 'null'));
+
+  // Statuses: 100 to 999, whole; never wrapped or truncated into range.
+  for (const [status, shown] of [[-1, '-1'], [NaN, 'NaN'], [429.7, '429.7'], [2 ** 32 + 429, '4294967725'], [99, '99'], [1000, '1000']]) {
+    assert.throws(() => classifyResponse(status), invalid('status', shown));
+    assert.throws(() => new RetryPolicy().advise({ attempt: 0, status }), invalid('status', shown));
+  }
+  assert.equal(classifyResponse(100).limited, false);
+  assert.equal(classifyResponse(999).limited, false);
+  const permit = g.tryAcquire({ route, inputTokens: 10, maxOutputTokens: 10 });
+  for (const [status, shown] of [[-1, '-1'], [NaN, 'NaN'], [429.7, '429.7'], [2 ** 32 + 429, '4294967725']]) {
+    assert.throws(() => permit.report(status), invalid('status', shown));
+  }
+  assert.equal(permit.report(999).limited, false);
+
+  // Retry policies: counts checked, options an object of known options.
+  for (const [value, shown] of [[-1, '-1'], [1.5, '1.5'], [NaN, 'NaN'], ['3', '"3"'], [2 ** 32, '4294967296']]) {
+    assert.throws(() => new RetryPolicy({ maxRetries: value }), invalid('maxRetries', shown));
+    assert.throws(() => new RetryPolicy({ budgetMinRetries: value }), invalid('budgetMinRetries', shown));
+  }
+  assert.throws(() => new RetryPolicy(5), invalid('options', '5'));
+  assert.throws(() => new RetryPolicy({ maxRetry: 3 }), didYouMean('maxRetry', 'maxRetries'));
+  assert.throws(() => new RetryPolicy({ jitter: true }), invalid('jitter', 'true'));
+  const policy = new RetryPolicy({ maxRetries: 3 });
+  assert.throws(() => policy.advise({ attempt: 0, status: 429, deadlineInMs: NaN }), invalid('deadlineInMs', 'NaN'));
+  assert.throws(() => policy.advise({ attempt: 0, status: 429, deadlineInMs: '5' }), invalid('deadlineInMs', '"5"'));
+  assert.throws(() => policy.advise(null), invalid('outcome', 'null'));
+
+  // Requests: unknown keys, two inputs at once, messages and tools of the wrong shape.
+  assert.throws(() => g.tryAcquire({ route, inputToken: 5000 }), didYouMean('inputToken', 'inputTokens'));
+  assert.throws(() => g.tryAcquire({ paths: ['openai/gpt-4o'], inputTokens: 1, maxOutputToken: 5 }), didYouMean('maxOutputToken', 'maxOutputTokens'));
+  await assert.rejects(g.acquire({ route, inputTokens: 1, input_tokens: 5 }), didYouMean('input_tokens', 'inputTokens'));
+  assert.throws(() => g.tryAcquire({ route, inputTokens: 5, text: 'hello' }), invalid('text', '"hello"'));
+  assert.throws(() => g.tryAcquire({ route, text: 'hello', messages: [] }), invalid('messages'));
+  assert.throws(() => g.tryAcquire({ route, messages: [1] }), invalid('messages[0]', '1'));
+  assert.throws(() => g.tryAcquire({ route, messages: [{ role: 'user', content: 5 }] }), invalid('messages[0].content', '5'));
+  assert.throws(() => g.tryAcquire({ route, messages: [{ role: 'user', content: 'hi' }], tools: 'x' }), invalid('tools', '"x"'));
+  assert.throws(() => countChatTokens([1], 'gpt-4o'), invalid('messages[0]'));
+
+  // Values JSON cannot hold: a cycle, a BigInt.
+  const circular = { role: 'user', content: 'hi' };
+  circular.self = circular;
+  assert.throws(() => Governor.fromJson({ ...CONFIG, circular: (() => { const o = {}; o.o = o; return o; })() }), (e) => invalid('config')(e) && /cannot be written as JSON/.test(e.reason));
+  assert.throws(() => Governor.fromJson({ scopes: { a: { limits: [{ dimension: 'tokens', amount: 10n, window: '1m' }] } } }), invalid('config'));
+  assert.throws(() => g.tryAcquire({ route, messages: [circular] }), invalid('messages'));
+  assert.throws(() => g.tryAcquire({ route, messages: [{ role: 'user', content: 'hi', n: 1n }] }), invalid('messages'));
+  assert.throws(() => g.tryAcquire({ route, messages: [{ role: 'user', content: 'hi' }], tools: [{ n: 1n }] }), invalid('tools'));
+  assert.throws(() => permit.report(429, {}, circular), invalid('body'));
+
+  // Waiting: a signal that is not an AbortSignal.
+  await assert.rejects(g.acquire({ route, inputTokens: 1, signal: {} }), invalid('signal'));
+  await assert.rejects(g.acquire({ route, inputTokens: 1, signal: 'x' }), invalid('signal', '"x"'));
+
+  permit.cancel();
+  assert.equal(g.livePermits(), 0);
+  assert.equal(tokensInUse(g), 0);
+});
+
+test('fromToml: one line that is no TOML and no file is an InvalidConfigError naming the path', () => {
+  for (const path of ['not toml at all', '/nonexistent/limits.toml']) {
+    assert.throws(() => Governor.fromToml(path), (e) => {
+      assert.ok(e instanceof InvalidConfigError, `${e?.name}: ${e?.message}`);
+      assert.equal(e.code, 'invalid_config');
+      assert.equal(e.field, 'path');
+      assert.equal(e.value, path);
+      assert.match(e.reason, /^cannot be read/);
+      return true;
+    });
+  }
 });

@@ -174,3 +174,43 @@ export function shownValue(value: unknown): string {
   }
   return String(value);
 }
+
+/**
+ * A config that cannot be read (a file that is not there): the same
+ * `InvalidConfigError` the addon throws for a bad field.
+ */
+export function invalidConfig(field: string, value: string, reason: string): InvalidConfigError {
+  const error = new InvalidConfigError(`invalid config: \`${field}\` = \`${value}\`: ${reason}`, 'invalid_config');
+  Object.assign(error, { field, value, reason });
+  return error;
+}
+
+/** `value` as JSON text, or an `InvalidRequestError` on `field` (a cycle, a BigInt). */
+export function jsonOf(field: string, value: unknown): string {
+  try {
+    return JSON.stringify(value);
+  } catch (error) {
+    throw invalidArgument(field, value, `cannot be written as JSON: ${(error as Error).message.split('\n')[0]}`);
+  }
+}
+
+/**
+ * Refuses a key of `object` that is not one of `known`, naming it (and the
+ * known key it likely misspells): a misspelt count would otherwise be
+ * ignored, and default to 0.
+ */
+export function knownKeys(object: unknown, known: ReadonlySet<string>, what: string): void {
+  if (object === null || typeof object !== 'object') return;
+  for (const key in object) {
+    if (!known.has(key)) {
+      const near = nearest(key, known);
+      const hint = near === undefined ? `known: ${[...known].join(', ')}` : `did you mean ${near}?`;
+      throw invalidArgument(key, (object as Record<string, unknown>)[key], `is not a field of ${what}; ${hint}`);
+    }
+  }
+}
+
+function nearest(key: string, known: ReadonlySet<string>): string | undefined {
+  const squash = (k: string) => k.toLowerCase().replace(/_/g, '').replace(/ies$/, 'y').replace(/s$/, '');
+  return [...known].find((k) => squash(k) === squash(key));
+}

@@ -4,7 +4,22 @@
  */
 import native, { Advice, Classification, RetryOptions } from './native';
 import { flattenHeaders, HeadersLike } from './headers';
-import { invalidArgument } from './errors';
+import { invalidArgument, jsonOf, knownKeys } from './errors';
+
+/** The options `new RetryPolicy(options)` knows. */
+const RETRY_OPTIONS = new Set(['maxRetries', 'baseDelayMs', 'maxDelayMs', 'budgetWindowMs', 'budgetRatio', 'budgetMinRetries']);
+
+/** `options` when it is an object (or absent); the field named otherwise. */
+function optionsObject<T>(field: string, options: T | undefined, example: string): T | undefined {
+  if (options === undefined || (typeof options === 'object' && options !== null && !Array.isArray(options))) return options;
+  throw invalidArgument(field, options, `must be an object of options, e.g. ${example}`);
+}
+
+/** An optional number the addon converts: its type checked here, its value there. */
+function optionalNumber(field: string, value: unknown): number | undefined {
+  if (value === undefined || typeof value === 'number') return value;
+  throw invalidArgument(field, value, 'must be a number');
+}
 
 export type { Advice, AdviceReason, Classification, RetryOptions } from './native';
 
@@ -30,7 +45,7 @@ export function bodyText(body: BodyLike): string {
   if (typeof body === 'string') return body;
   if (body instanceof Uint8Array) return Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8');
   if (body instanceof ArrayBuffer) return Buffer.from(body).toString('utf8');
-  if (typeof body === 'object') return JSON.stringify(body);
+  if (typeof body === 'object') return jsonOf('body', body);
   throw invalidArgument('body', body, 'must be a string, bytes or a JSON object');
 }
 
@@ -55,12 +70,14 @@ export function classifyResponse(
   body?: BodyLike,
   options: ClassifyOptions = {},
 ): Classification {
+  const { provider, nowMs } = optionsObject('options', options, '{ provider, nowMs }') ?? {};
+  if (provider !== undefined && typeof provider !== 'string') throw invalidArgument('provider', provider, 'must be a provider name');
   return native.nativeClassifyResponse(
     checkStatus(status),
     flattenHeaders(headers),
     bodyText(body),
-    options.provider,
-    options.nowMs,
+    provider,
+    optionalNumber('nowMs', nowMs),
   );
 }
 
@@ -88,6 +105,9 @@ export class RetryPolicy {
   readonly #native: InstanceType<typeof native.RetryPolicy>;
 
   constructor(options?: RetryOptions) {
+    optionsObject('options', options, '{ maxRetries: 2 }');
+    knownKeys(options, RETRY_OPTIONS, 'RetryPolicy options');
+    for (const key of RETRY_OPTIONS) optionalNumber(key, options?.[key as keyof RetryOptions]);
     this.#native = new native.RetryPolicy(options);
   }
 
@@ -98,6 +118,9 @@ export class RetryPolicy {
 
   /** Advises on a failed attempt; a `retry_after` advice takes a budget token. */
   advise(outcome: AttemptOutcome): Advice {
+    if (outcome === null || typeof outcome !== 'object') {
+      throw invalidArgument('outcome', outcome, 'must be an object such as { attempt, status, headers, body }');
+    }
     const attempt = outcome.attempt;
     if (typeof attempt !== 'number' || !Number.isInteger(attempt) || attempt < 0 || attempt > 0xffffffff) {
       throw invalidArgument('attempt', attempt, 'must be a non-negative integer');
@@ -108,7 +131,7 @@ export class RetryPolicy {
       status,
       flattenHeaders(outcome.headers),
       bodyText(outcome.body),
-      outcome.deadlineInMs,
+      optionalNumber('deadlineInMs', outcome.deadlineInMs),
     );
   }
 }

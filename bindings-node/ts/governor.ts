@@ -6,12 +6,12 @@
 import { readFileSync } from 'node:fs';
 
 import native, { Metrics, NativeGovernor, QueueMetrics, ProfileArgs, Snapshot } from './native';
-import { invalidArgument } from './errors';
+import { invalidArgument, invalidConfig, jsonOf, knownKeys } from './errors';
 import { ARGS, count, optionalCount } from './hot';
 import { Permit, RoutedPermit } from './permit';
 import { countChatTokens, countTokens } from './tokens';
 import { dispatcher, EventListener } from './events';
-import { granted, keptUnlessAborted, waitNumbers, WaitOptions } from './waiting';
+import { granted, keptUnlessAborted, signalOf, waitNumbers, WaitOptions } from './waiting';
 
 export type {
   ClassMetrics,
@@ -85,6 +85,17 @@ export interface ProfileRequest extends Omit<AcquireRequest, 'route' | 'paths'> 
 
 export type { WaitOptions } from './waiting';
 
+/** The fields of each kind of request: any other key is refused (`knownKeys`). */
+const REQUEST_FIELDS = new Set([
+  'route', 'paths', 'inputTokens', 'text', 'messages', 'tools', 'model',
+  'cachedInputTokens', 'maxOutputTokens', 'expectedOutputTokens', 'klass',
+]);
+const WAIT_FIELDS = new Set([...REQUEST_FIELDS, 'signal', 'priority', 'deadlineMs']);
+const PROFILE_FIELDS = new Set([...REQUEST_FIELDS, 'profile', 'consumer']);
+PROFILE_FIELDS.delete('route');
+PROFILE_FIELDS.delete('paths');
+const PROFILE_WAIT_FIELDS = new Set([...PROFILE_FIELDS, 'signal', 'priority', 'deadlineMs']);
+
 /** What {@link Governor.acquire} waits for: a request, and how to wait. */
 export interface WaitRequest extends AcquireRequest, WaitOptions {}
 
@@ -111,13 +122,13 @@ export class Governor {
   /** A governor from TOML text, or from the path of a TOML file. */
   static fromToml(pathOrText: string, options: GovernorOptions = {}): Governor {
     if (typeof pathOrText !== 'string') throw invalidArgument('toml', pathOrText, 'must be TOML text or a path');
-    const text = looksLikePath(pathOrText) ? readFileSync(pathOrText, 'utf8') : pathOrText;
+    const text = looksLikePath(pathOrText) ? readConfig(pathOrText) : pathOrText;
     return new Governor(native.NativeGovernor.fromToml(text, manual(options)));
   }
 
   /** A governor from JSON text or a config object (`{ scopes: { … } }`). */
   static fromJson(textOrConfig: string | object, options: GovernorOptions = {}): Governor {
-    const text = typeof textOrConfig === 'string' ? textOrConfig : JSON.stringify(textOrConfig);
+    const text = typeof textOrConfig === 'string' ? textOrConfig : jsonOf('config', textOrConfig);
     if (text === undefined) throw invalidArgument('config', textOrConfig, 'must be JSON text or an object');
     return new Governor(native.NativeGovernor.fromJson(text, manual(options)));
   }
@@ -147,8 +158,10 @@ export class Governor {
    */
   tryAcquire(request: AcquireRequest): Permit {
     // Everything that may call the addon first; then the buffer, then the call.
+    // Unknown keys are looked for off the route-and-count path only (see #inputOf).
+    if (typeof request?.route !== 'number') knownKeys(request, REQUEST_FIELDS, 'a request');
     const route = this.#routeOf(request);
-    const input = this.#inputOf(request);
+    const input = this.#inputOf(request, REQUEST_FIELDS);
     const cached = optionalCount('cachedInputTokens', request.cachedInputTokens);
     const maxOutput = optionalCount('maxOutputTokens', request.maxOutputTokens);
     const expected = request.expectedOutputTokens;
@@ -199,7 +212,7 @@ export class Governor {
    * {@link CircuitOpenError} (every breaker open) or {@link NeverFitsError}.
    */
   tryAcquireProfile(request: ProfileRequest): RoutedPermit {
-    const routed = this.#native.tryAcquireProfile(this.#profileArgs(request));
+    const routed = this.#native.tryAcquireProfile(this.#profileArgs(request, PROFILE_FIELDS));
     return new RoutedPermit(this.#native, this.#id, routed);
   }
 
@@ -217,9 +230,9 @@ export class Governor {
    * reason when it is aborted (the request then leaves the queue).
    */
   async acquireProfile(request: ProfileWaitRequest): Promise<RoutedPermit> {
-    const signal = request?.signal;
+    const signal = signalOf(request);
     signal?.throwIfAborted();
-    const args = this.#profileArgs(request);
+    const args = this.#profileArgs(request, PROFILE_WAIT_FIELDS);
     const wait = waitNumbers(request);
     const routed = await granted(native.acquireProfileStart({ governor: this.#id, ...wait }, args), wait.ticket, signal);
     return keptUnlessAborted(new RoutedPermit(this.#native, this.#id, routed), signal);
@@ -233,7 +246,8 @@ export class Governor {
    * reason when it is aborted (the request then leaves the queue).
    */
   async acquire(request: WaitRequest): Promise<Permit> {
-    const signal = request?.signal;
+    knownKeys(request, WAIT_FIELDS, 'a request');
+    const signal = signalOf(request);
     signal?.throwIfAborted();
     const route = this.#routeOf(request);
     const wait = waitNumbers(request);
@@ -242,7 +256,7 @@ export class Governor {
       governor: this.#id,
       ...wait,
       route,
-      inputTokens: this.#inputOf(request),
+      inputTokens: this.#inputOf(request, WAIT_FIELDS),
       cachedInputTokens: optionalCount('cachedInputTokens', request.cachedInputTokens),
       maxOutputTokens: optionalCount('maxOutputTokens', request.maxOutputTokens),
       expectedOutputTokens: expected === undefined ? undefined : count('expectedOutputTokens', expected),
@@ -372,14 +386,15 @@ export class Governor {
   }
 
   /** The addon's arguments for a request by profile. */
-  #profileArgs(request: ProfileRequest): ProfileArgs {
+  #profileArgs(request: ProfileRequest, fields: ReadonlySet<string>): ProfileArgs {
     if (request === null || typeof request !== 'object') {
       throw invalidArgument('request', request, "must be an object such as { profile: 'gpt-4o', inputTokens }");
     }
+    knownKeys(request, fields, 'a request by profile');
     const expected = request.expectedOutputTokens;
     return {
       profile: this.#profileOf(request),
-      inputTokens: this.#inputOf(request),
+      inputTokens: this.#inputOf(request, fields),
       cachedInputTokens: optionalCount('cachedInputTokens', request.cachedInputTokens),
       maxOutputTokens: optionalCount('maxOutputTokens', request.maxOutputTokens),
       expectedOutputTokens: expected === undefined ? undefined : count('expectedOutputTokens', expected),
@@ -397,10 +412,23 @@ export class Governor {
     return this.profile(profile, consumer);
   }
 
-  #inputOf(request: Omit<AcquireRequest, 'route' | 'paths'>): number {
-    if (request.inputTokens !== undefined) return count('inputTokens', request.inputTokens);
-    if (request.text !== undefined) return countTokens(request.text, request.model);
-    if (request.messages !== undefined) return countChatTokens(request.messages, request.model ?? 'gpt-4o', request.tools);
+  /**
+   * The input the request gives: a count, a text or messages, at most one.
+   * With none, its keys are checked: `inputToken: 5000` would otherwise
+   * reserve no input (a request with a route and a count is not scanned,
+   * which keeps `tryAcquire` fast).
+   */
+  #inputOf(request: Omit<AcquireRequest, 'route' | 'paths'>, fields: ReadonlySet<string>): number {
+    const { inputTokens, text, messages } = request;
+    const given = (inputTokens !== undefined ? 1 : 0) + (text !== undefined ? 1 : 0) + (messages !== undefined ? 1 : 0);
+    if (given > 1) {
+      const which = ['inputTokens', 'text', 'messages'].filter((k) => request[k as keyof typeof request] !== undefined);
+      throw invalidArgument(which[1], request[which[1] as keyof typeof request], `give one of inputTokens, text and messages, not ${which.join(' and ')}`);
+    }
+    if (inputTokens !== undefined) return count('inputTokens', inputTokens);
+    if (text !== undefined) return countTokens(text, request.model);
+    if (messages !== undefined) return countChatTokens(messages, request.model ?? 'gpt-4o', request.tools);
+    knownKeys(request, fields, 'a request');
     return 0;
   }
 
@@ -419,6 +447,15 @@ function manual(options: GovernorOptions): boolean {
   const clock = options?.clock ?? 'monotonic';
   if (clock !== 'manual' && clock !== 'monotonic') throw invalidArgument('clock', clock, "must be 'monotonic' or 'manual'");
   return clock === 'manual';
+}
+
+/** The text of the config file at `path`; an `InvalidConfigError` naming `path` if it cannot be read. */
+function readConfig(path: string): string {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch (error) {
+    throw invalidConfig('path', path, `cannot be read (one line with no TOML syntax is taken as a path): ${(error as Error).message}`);
+  }
 }
 
 /** One line, no TOML syntax: a path (Python's `from_toml(path_or_text)` reads it the same way). */

@@ -23,6 +23,13 @@ export interface WaitNumbers {
   deadlineMs: number | undefined;
 }
 
+/** The request's `signal`, if it has one; an `InvalidRequestError` if it is not an `AbortSignal`. */
+export function signalOf(options: WaitOptions | null | undefined): AbortSignal | undefined {
+  const signal = options?.signal;
+  if (signal === undefined || signal instanceof AbortSignal) return signal;
+  throw invalidArgument('signal', signal, 'must be an AbortSignal');
+}
+
 /** Numbers for the waiting calls, for abort and errors. */
 let tickets = 0;
 
