@@ -105,6 +105,20 @@ func TestARouteOfAnotherGovernorIsRefused(t *testing.T) {
 		}
 	}
 	must[*llmgov.Permit](t)(other.TryAcquire(llmgov.Request{Route: theirs, InputTokens: 100})).Cancel()
+
+	// Classes likewise; the default class, 0, is every governor's.
+	myBatch := must[llmgov.Class](t)(gov.Class("batch"))
+	theirBatch := must[llmgov.Class](t)(other.Class("batch"))
+	if myBatch == theirBatch {
+		t.Fatalf("two governors handed out the same class number %d", myBatch)
+	}
+	_, err = gov.TryAcquire(llmgov.Request{Route: mine, Class: theirBatch})
+	wantArgError(t, "TryAcquire", err, llmgov.ErrInvalidRequest, "class_id", fmt.Sprint(uint64(theirBatch)))
+	if err == nil || !strings.Contains(err.Error(), "this class belongs to another governor") {
+		t.Errorf("want the message to say whose class it is: %v", err)
+	}
+	must[*llmgov.Permit](t)(gov.TryAcquire(llmgov.Request{Route: mine, Class: myBatch})).Cancel()
+	must[*llmgov.Permit](t)(gov.TryAcquire(llmgov.Request{Route: mine, Class: 0})).Cancel()
 }
 
 func TestStatusesOutside100To999AreRefused(t *testing.T) {

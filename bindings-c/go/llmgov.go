@@ -153,8 +153,11 @@ func (g *Governor) ptr() (*C.llmgov_governor, error) {
 // the same index. It is never 0.
 type Route uint64
 
-// Class is a traffic class, interned by name; 0 is the default class.
-type Class uint32
+// Class is a traffic class, interned by name; 0 is the default class on
+// every governor. Like a Route, a named class is valid with the governor
+// that made it only (another refuses it: ErrInvalidRequest naming
+// "class_id").
+type Class uint64
 
 // Scope is an interned scope, for ScopeSnapshot.
 type Scope uint32
@@ -191,7 +194,7 @@ func (g *Governor) Class(name string) (Class, error) {
 		return 0, err
 	}
 	defer C.free(unsafe.Pointer(cname))
-	var class C.uint32_t
+	var class C.uint64_t
 	err = call(func() C.llmgov_result { return C.llmgov_governor_class(h, cname, &class) })
 	return Class(class), err
 }

@@ -55,7 +55,7 @@ func (r *Request) c() (C.llmgov_request, error) {
 	}
 	req := C.llmgov_request{
 		route:               C.uint64_t(r.Route),
-		class_id:            C.uint32_t(r.Class),
+		class_id:            C.uint64_t(r.Class),
 		input_tokens:        C.uint64_t(r.InputTokens),
 		cached_input_tokens: C.uint64_t(r.CachedInputTokens),
 		max_output_tokens:   C.uint64_t(r.MaxOutputTokens),

@@ -450,9 +450,10 @@ typedef struct llmgov_request {
    */
   uint64_t route;
   /**
-   * A number from `llmgov_governor_class`; 0 is the default class.
+   * A number from this governor's `llmgov_governor_class`; 0 is the
+   * default class (another governor's is refused).
    */
-  uint32_t class_id;
+  uint64_t class_id;
   /**
    * Estimated prompt tokens, cached ones included.
    */
@@ -1198,17 +1199,20 @@ llmgov_result llmgov_governor_scope(const struct llmgov_governor *governor,
 /**
  * Interns a traffic class by name, for `llmgov_request.class_id`. Output
  * lengths are learned per route and class. Class 0 is the unnamed default
- * class, the one a zeroed request is in.
+ * class, the one a zeroed request is in, on every governor.
  *
  * # Ownership
- * `*out_class` is a plain number, valid with this governor only.
+ * `*out_class` is a plain number, valid with this governor only: like a
+ * route number it carries the governor's tag, so another governor's class
+ * is refused (`LLMGOV_RESULT_INVALID_REQUEST` naming `class_id`) rather
+ * than read as this governor's class of the same index.
  *
  * # Safety
  * As `llmgov_governor_scope`, with `name` and `out_class`.
  */
 llmgov_result llmgov_governor_class(const struct llmgov_governor *governor,
                                     const char *name,
-                                    uint32_t *out_class);
+                                    uint64_t *out_class);
 
 /**
  * Every scope and counter now, as JSON: `{"now_ms", "admitted",

@@ -21,8 +21,8 @@ use crate::strings::{write_json, write_text};
 pub struct llmgov_governor {
     pub(crate) governor: Governor,
     /// This governor's number among those the process made (from 1): the
-    /// high half of each route number it hands out, so a route of another
-    /// governor is refused rather than read as one of this one's.
+    /// high half of each route and class number it hands out, so another
+    /// governor's is refused rather than read as one of this one's.
     tag: u32,
     routes: Interned<Route>,
     scopes: Interned<ScopeId>,
@@ -34,7 +34,8 @@ pub struct llmgov_governor {
 impl llmgov_governor {
     fn new(governor: Governor) -> Outcome<Self> {
         let classes = Interned::new();
-        // Class 0 is the unnamed default class, so a zeroed request is in it.
+        // Index 0 is the unnamed default class, and so is the number 0 on
+        // every governor, so a zeroed request is in it.
         classes.intern(ClassId::default(), "class")?;
         let events = Arc::new(EventHook::default());
         let tag = next_tag();
@@ -50,34 +51,42 @@ impl llmgov_governor {
                 return Ok(route);
             }
         }
-        Err(self.not_a_route(number, field))
+        Err(self.not_ours(number, field, "route", "llmgov_governor_route"))
     }
 
-    /// The number `llmgov_governor_route` hands out for the route interned
-    /// at `index`.
-    fn route_number(&self, index: u32) -> u64 {
+    /// The class a number names (0 is the default class), or
+    /// `invalid_request` naming `class_id`.
+    #[inline]
+    pub(crate) fn class(&self, number: u64) -> Outcome<ClassId> {
+        let (tag, index) = ((number >> 32) as u32, number as u32);
+        if tag == self.tag || number == 0 {
+            if let Some(class) = self.classes.get(index) {
+                return Ok(class);
+            }
+        }
+        Err(self.not_ours(number, "class_id", "class", "llmgov_governor_class"))
+    }
+
+    /// The number this governor hands out for what it interned at `index`.
+    fn tagged(&self, index: u32) -> u64 {
         u64::from(self.tag) << 32 | u64::from(index)
     }
 
-    /// Why `number` names none of this governor's routes.
+    /// Why `number` names none of this governor's routes (or classes).
     #[cold]
-    fn not_a_route(&self, number: u64, field: &'static str) -> Failure {
+    fn not_ours(&self, number: u64, field: &'static str, what: &str, from: &str) -> Failure {
         let tag = (number >> 32) as u32;
         if tag == self.tag || tag == 0 || tag >= NEXT_TAG.load(Ordering::Relaxed) {
-            return unknown_number(field, number, "llmgov_governor_route");
+            return unknown_number(field, number, from);
         }
         Failure::Core(llmgov_core::Error::InvalidRequest {
             field,
             value: number.to_string(),
-            reason: "this route belongs to another governor: route numbers are valid only with the governor whose \
-                     llmgov_governor_route returned them"
-                .to_owned(),
+            reason: format!(
+                "this {what} belongs to another governor: {what} numbers are valid only with the governor whose \
+                 {from} returned them"
+            ),
         })
-    }
-
-    #[inline]
-    pub(crate) fn class(&self, number: u32) -> Outcome<ClassId> {
-        self.classes.get(number).ok_or_else(|| unknown_number("class_id", number, "llmgov_governor_class"))
     }
 }
 
@@ -267,7 +276,7 @@ pub unsafe extern "C" fn llmgov_governor_route(
             .map(|(i, &path)| unsafe { args::text(path, &format!("paths[{i}]")) })
             .collect::<Outcome<Vec<&str>>>()?;
         let route = gov.governor.route(&paths)?;
-        out.write(gov.route_number(gov.routes.intern(route, "route")?));
+        out.write(gov.tagged(gov.routes.intern(route, "route")?));
         Ok(())
     })
 }
@@ -301,10 +310,13 @@ pub unsafe extern "C" fn llmgov_governor_scope(
 
 /// Interns a traffic class by name, for `llmgov_request.class_id`. Output
 /// lengths are learned per route and class. Class 0 is the unnamed default
-/// class, the one a zeroed request is in.
+/// class, the one a zeroed request is in, on every governor.
 ///
 /// # Ownership
-/// `*out_class` is a plain number, valid with this governor only.
+/// `*out_class` is a plain number, valid with this governor only: like a
+/// route number it carries the governor's tag, so another governor's class
+/// is refused (`LLMGOV_RESULT_INVALID_REQUEST` naming `class_id`) rather
+/// than read as this governor's class of the same index.
 ///
 /// # Safety
 /// As `llmgov_governor_scope`, with `name` and `out_class`.
@@ -312,14 +324,14 @@ pub unsafe extern "C" fn llmgov_governor_scope(
 pub unsafe extern "C" fn llmgov_governor_class(
     governor: *const llmgov_governor,
     name: *const c_char,
-    out_class: *mut u32,
+    out_class: *mut u64,
 ) -> llmgov_result {
     guard(|| {
         // SAFETY: the caller's contract.
         let (gov, name, out) = unsafe {
             (args::reference(governor, "governor")?, args::text(name, "name")?, Out::new(out_class, "out_class")?)
         };
-        out.write(gov.classes.intern(gov.governor.class(name), "class")?);
+        out.write(gov.tagged(gov.classes.intern(gov.governor.class(name), "class")?));
         Ok(())
     })
 }

@@ -22,8 +22,9 @@ pub struct llmgov_request {
     /// another governor's is refused). Not read by the acquires by profile,
     /// which use each deployment's.
     pub route: u64,
-    /// A number from `llmgov_governor_class`; 0 is the default class.
-    pub class_id: u32,
+    /// A number from this governor's `llmgov_governor_class`; 0 is the
+    /// default class (another governor's is refused).
+    pub class_id: u64,
     /// Estimated prompt tokens, cached ones included.
     pub input_tokens: u64,
     /// Part of `input_tokens` expected from the prompt cache.

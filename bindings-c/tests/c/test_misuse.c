@@ -47,10 +47,10 @@ static void null_arguments(const llmgov_governor *gov, llmgov_permit *permit) {
     CHECK_FAILED(llmgov_governor_scope(gov, NULL, &number), LLMGOV_RESULT_NULL_ARGUMENT, "path");
     CHECK_FAILED(llmgov_governor_scope(NULL, path, &number), LLMGOV_RESULT_NULL_ARGUMENT, "governor");
     CHECK_FAILED(llmgov_governor_scope(gov, path, NULL), LLMGOV_RESULT_NULL_ARGUMENT, "out_scope");
-    CHECK_FAILED(llmgov_governor_class(gov, NULL, &number), LLMGOV_RESULT_NULL_ARGUMENT, "name");
-    CHECK_FAILED(llmgov_governor_class(NULL, "batch", &number), LLMGOV_RESULT_NULL_ARGUMENT, "governor");
+    CHECK_FAILED(llmgov_governor_class(gov, NULL, &route), LLMGOV_RESULT_NULL_ARGUMENT, "name");
+    CHECK_FAILED(llmgov_governor_class(NULL, "batch", &route), LLMGOV_RESULT_NULL_ARGUMENT, "governor");
     CHECK_FAILED(llmgov_governor_class(gov, "batch", NULL), LLMGOV_RESULT_NULL_ARGUMENT, "out_class");
-    CHECK(number == 77);
+    CHECK(number == 77 && route == 77);
 
     char *json = UNTOUCHED;
     CHECK_FAILED(llmgov_governor_snapshot_json(NULL, &json), LLMGOV_RESULT_NULL_ARGUMENT, "governor");
@@ -238,6 +238,15 @@ static void a_route_of_another_governor_is_refused(const llmgov_governor *gov, l
     llmgov_cancel_token_free(token);
     CHECK_FAILED(llmgov_governor_try_acquire(other, &mine, &permit), LLMGOV_RESULT_INVALID_REQUEST, "route");
     CHECK_CONTAINS(last_error().message, "belongs to another governor");
+    /* Classes likewise: each governor's first named class is at index 1. */
+    uint64_t my_batch = 0, their_batch = 0;
+    CHECK_OK(llmgov_governor_class(gov, "batch", &my_batch));
+    CHECK_OK(llmgov_governor_class(other, "batch", &their_batch));
+    CHECK(my_batch != their_batch && my_batch != 0);
+    mine.class_id = their_batch;
+    CHECK_FAILED(llmgov_governor_try_acquire(gov, &mine, &permit), LLMGOV_RESULT_INVALID_REQUEST, "class_id");
+    CHECK_CONTAINS(last_error().message, "this class belongs to another governor");
+    mine.class_id = my_batch;
     CHECK(permit == UNTOUCHED);
     char *json = NULL;
     CHECK_OK(llmgov_governor_snapshot_json(gov, &json));

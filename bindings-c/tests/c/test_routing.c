@@ -55,7 +55,7 @@ typedef struct {
     int n;
 } held;
 
-static llmgov_result ask(fixture *f, held *h, uint64_t tokens, uint32_t class_id, llmgov_routed *routed) {
+static llmgov_result ask(fixture *f, held *h, uint64_t tokens, uint64_t class_id, llmgov_routed *routed) {
     llmgov_request request = {0};
     request.input_tokens = tokens;
     request.class_id = class_id;
@@ -120,7 +120,7 @@ static void fallback_follows_the_chain_only_where_the_class_allows(void) {
     fixture f = setup();
     held h = {0};
     llmgov_routed routed;
-    uint32_t eval = 0, batch = 0;
+    uint64_t eval = 0, batch = 0;
     CHECK_OK(llmgov_governor_class(f.gov, "eval", &eval));
     CHECK_OK(llmgov_governor_class(f.gov, "batch", &batch));
     CHECK_OK(ask(&f, &h, 9000, 0, &routed));

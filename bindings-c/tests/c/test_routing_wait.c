@@ -150,7 +150,7 @@ static void release(paces *p) {
 
 static void a_waiter_queues_on_the_deployment_that_passes_first_its_class_may_use(void) {
     paces p = all_busy();
-    uint32_t eval = 0;
+    uint64_t eval = 0;
     CHECK_OK(llmgov_governor_class(p.gov, "eval", &eval));
     llmgov_request request = {0};
     request.input_tokens = 10;
