@@ -142,10 +142,14 @@ export class Governor {
   /** Resolves scope paths into a route, once; later calls hit a cache. */
   route(paths: readonly string[]): Route {
     if (!Array.isArray(paths)) throw invalidArgument('paths', paths, 'must be an array of scope paths');
-    const key = paths.length === 1 ? paths[0] : paths.join('\u0000');
+    // One path is its own key; others are JSON, which no two lists share
+    // (a join could: ['a', 'b'] and ['a\u0000b']), behind a NUL no single
+    // path key starts with.
+    const one = paths.length === 1 && typeof paths[0] === 'string' && paths[0].charCodeAt(0) !== 0;
+    if (!one) for (const p of paths) if (typeof p !== 'string') throw invalidArgument('paths', p, 'must hold strings');
+    const key = one ? paths[0] : `\u0000${JSON.stringify(paths)}`;
     let route = this.#routes.get(key);
     if (route === undefined) {
-      for (const p of paths) if (typeof p !== 'string') throw invalidArgument('paths', p, 'must hold strings');
       route = this.#native.route(paths as string[]) as Route;
       this.#routes.set(key, route);
     }
@@ -188,10 +192,10 @@ export class Governor {
   profile(name: string, consumer: readonly string[] = []): Profile {
     if (typeof name !== 'string') throw invalidArgument('profile', name, 'must be a profile name');
     if (!Array.isArray(consumer)) throw invalidArgument('consumer', consumer, 'must be an array of scope paths');
-    const key = [name, ...consumer].join('\u0000');
+    for (const p of consumer) if (typeof p !== 'string') throw invalidArgument('consumer', p, 'must hold strings');
+    const key = JSON.stringify([name, ...consumer]); // a join could confuse ['a', 'b'] with ['a\u0000b']
     let profile = this.#profiles.get(key);
     if (profile === undefined) {
-      for (const p of consumer) if (typeof p !== 'string') throw invalidArgument('consumer', p, 'must hold strings');
       profile = this.#native.profile(name, consumer as string[]) as Profile;
       this.#profiles.set(key, profile);
     }
