@@ -320,3 +320,13 @@ test('route and profile caches: a path holding a NUL is not taken for two paths'
   assert.notEqual(g.profile('gpt-4o', ['tenants/a', 'tenants/b']), g.profile('gpt-4o', ['tenants/a\u0000tenants/b']));
   assert.throws(() => g.route(['tenants/x', 1n]), invalid('paths'));
 });
+
+test('constructors: governor options are an object of known options; a config object is not an array', () => {
+  for (const options of [5, null, 'manual']) {
+    assert.throws(() => Governor.fromJson(CONFIG, options), invalid('options'));
+  }
+  assert.throws(() => Governor.fromJson(CONFIG, { clok: 'manual' }), invalid('clok', '"manual"'));
+  assert.throws(() => Governor.fromPreset('openai-gpt-4o-tier1', { clocks: 'manual' }), (e) => invalid('clocks')(e) && e.reason.includes('did you mean clock?'));
+  assert.throws(() => Governor.fromJson([1]), invalid('config', '[1]'));
+  assert.equal(Governor.fromJson(CONFIG).nowMs() >= 0, true);
+});

@@ -128,6 +128,7 @@ export class Governor {
 
   /** A governor from JSON text or a config object (`{ scopes: { … } }`). */
   static fromJson(textOrConfig: string | object, options: GovernorOptions = {}): Governor {
+    if (Array.isArray(textOrConfig)) throw invalidArgument('config', textOrConfig, 'must be JSON text or an object such as { scopes }, not an array');
     const text = typeof textOrConfig === 'string' ? textOrConfig : jsonOf('config', textOrConfig);
     if (text === undefined) throw invalidArgument('config', textOrConfig, 'must be JSON text or an object');
     return new Governor(native.NativeGovernor.fromJson(text, manual(options)));
@@ -447,8 +448,14 @@ export class Governor {
   }
 }
 
+const GOVERNOR_OPTIONS = new Set(['clock']);
+
 function manual(options: GovernorOptions): boolean {
-  const clock = options?.clock ?? 'monotonic';
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw invalidArgument('options', options, "must be an object of options, e.g. { clock: 'manual' }");
+  }
+  knownKeys(options, GOVERNOR_OPTIONS, 'governor options');
+  const clock = options.clock ?? 'monotonic';
   if (clock !== 'manual' && clock !== 'monotonic') throw invalidArgument('clock', clock, "must be 'monotonic' or 'manual'");
   return clock === 'manual';
 }
