@@ -262,7 +262,9 @@ test('conversions: wrong types, wrapped numbers and unknown keys are InvalidRequ
 
   // Requests: unknown keys, two inputs at once, messages and tools of the wrong shape.
   assert.throws(() => g.tryAcquire({ route, inputToken: 5000 }), didYouMean('inputToken', 'inputTokens'));
-  assert.throws(() => g.tryAcquire({ paths: ['openai/gpt-4o'], inputTokens: 1, maxOutputToken: 5 }), didYouMean('maxOutputToken', 'maxOutputTokens'));
+  assert.throws(() => g.tryAcquire({ paths: ['openai/gpt-4o'], input_tokens: 5 }), didYouMean('input_tokens', 'inputTokens'));
+  await assert.rejects(g.acquire({ paths: ['openai/gpt-4o'], inputTokens: 1, maxOutputToken: 5 }), didYouMean('maxOutputToken', 'maxOutputTokens'));
+  assert.throws(() => g.tryAcquireProfile({ profile: 'gpt-4o', inputTokens: 1, klas: 'batch' }), (e) => e.field === 'klas');
   await assert.rejects(g.acquire({ route, inputTokens: 1, input_tokens: 5 }), didYouMean('input_tokens', 'inputTokens'));
   assert.throws(() => g.tryAcquire({ route, inputTokens: 5, text: 'hello' }), invalid('text', '"hello"'));
   assert.throws(() => g.tryAcquire({ route, text: 'hello', messages: [] }), invalid('messages'));
