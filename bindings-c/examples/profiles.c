@@ -1,7 +1,7 @@
 /* Routing through a model profile, with an event hook and the Prometheus
  * text: two deployments of gpt-4o, the second taking over when the first
- * is full, the refusals logged by the hook (one per deployment tried), and
- * the metrics printed.
+ * is full, the refusals logged by the hook (one per request refused,
+ * however many deployments it tried), and the metrics printed.
  *
  * Built and run by `make test-c` (target c-examples). */
 #include <stdio.h>

@@ -1022,6 +1022,16 @@ llmgov_result llmgov_manual_clock_now(const struct llmgov_manual_clock *clock, u
 void llmgov_manual_clock_free(struct llmgov_manual_clock *clock);
 
 /**
+ * The name of a dimension, as configs spell it (`"input_tokens"`), for
+ * messages: `"none"` for `LLMGOV_DIMENSION_NONE`, NULL for a number that
+ * is no `llmgov_dimension`.
+ *
+ * # Ownership
+ * The string is static: never free it.
+ */
+const char *llmgov_dimension_name(uint32_t dimension);
+
+/**
  * The stable text code of a result: `"ok"`, `"rate_limited"`, … (the
  * core's `Error::code()` for 1 to 99), or `"unknown_result"` for a number
  * that is no result.

@@ -9,7 +9,9 @@ use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
-use llmgov_core::{ceil_ms, Dimension, Error};
+use llmgov_core::{ceil_ms, Error};
+
+use crate::dimension::llmgov_dimension;
 
 /// The outcome of every fallible call: `LLMGOV_RESULT_OK` (0), or why it
 /// failed. The numbers are stable: new codes are only ever added.
@@ -154,41 +156,6 @@ impl llmgov_result {
         ]
         .into_iter()
         .find(|r| *r as u32 == n)
-    }
-}
-
-/// A limit's dimension, as `llmgov_error` reports it.
-#[allow(non_camel_case_types)]
-#[repr(u32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum llmgov_dimension {
-    /// The error names no dimension.
-    None = 0,
-    /// Requests started in the window.
-    Requests = 1,
-    /// Prompt tokens in the window.
-    InputTokens = 2,
-    /// Completion tokens in the window.
-    OutputTokens = 3,
-    /// Prompt plus completion tokens in the window.
-    Tokens = 4,
-    /// Requests in flight at once.
-    Concurrency = 5,
-    /// Money spent in the window (a `cost` budget), in millionths of the
-    /// currency the prices are in.
-    Cost = 6,
-}
-
-impl From<Dimension> for llmgov_dimension {
-    fn from(d: Dimension) -> Self {
-        match d {
-            Dimension::Requests => llmgov_dimension::Requests,
-            Dimension::InputTokens => llmgov_dimension::InputTokens,
-            Dimension::OutputTokens => llmgov_dimension::OutputTokens,
-            Dimension::Tokens => llmgov_dimension::Tokens,
-            Dimension::Concurrency => llmgov_dimension::Concurrency,
-            Dimension::Cost => llmgov_dimension::Cost,
-        }
     }
 }
 

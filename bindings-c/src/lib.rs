@@ -25,6 +25,7 @@ mod args;
 mod cancel;
 mod classify;
 mod clock;
+pub mod dimension;
 pub mod errors;
 mod events;
 mod governor;

@@ -67,6 +67,10 @@ static void admission_refusal_and_refund(void) {
     CHECK_STR(e.code, "rate_limited");
     CHECK_STR(e.scope, "tenants/acme");
     CHECK(e.dimension == LLMGOV_DIMENSION_TOKENS);
+    CHECK_STR(llmgov_dimension_name(e.dimension), "tokens");
+    CHECK_STR(llmgov_dimension_name(LLMGOV_DIMENSION_NONE), "none");
+    CHECK_STR(llmgov_dimension_name(LLMGOV_DIMENSION_INPUT_TOKENS), "input_tokens");
+    CHECK(llmgov_dimension_name(99) == NULL);
     CHECK(e.has_retry_after);
     CHECK(e.retry_after_ms == 18000);
     CHECK(e.retry_after_ns == 18000 * MS);
