@@ -424,13 +424,14 @@ export class Governor {
    */
   #inputOf(request: Omit<AcquireRequest, 'route' | 'paths'>, fields: ReadonlySet<string>): number {
     const { inputTokens, text, messages } = request;
-    const given = (inputTokens !== undefined ? 1 : 0) + (text !== undefined ? 1 : 0) + (messages !== undefined ? 1 : 0);
-    if (given > 1) {
-      const which = ['inputTokens', 'text', 'messages'].filter((k) => request[k as keyof typeof request] !== undefined);
-      throw invalidArgument(which[1], request[which[1] as keyof typeof request], `give one of inputTokens, text and messages, not ${which.join(' and ')}`);
+    if (inputTokens !== undefined) {
+      if (text !== undefined || messages !== undefined) throw twoInputs(request);
+      return count('inputTokens', inputTokens);
     }
-    if (inputTokens !== undefined) return count('inputTokens', inputTokens);
-    if (text !== undefined) return countTokens(text, request.model);
+    if (text !== undefined) {
+      if (messages !== undefined) throw twoInputs(request);
+      return countTokens(text, request.model);
+    }
     if (messages !== undefined) return countChatTokens(messages, request.model ?? 'gpt-4o', request.tools);
     knownKeys(request, fields, 'a request');
     return 0;
@@ -445,6 +446,12 @@ export class Governor {
     }
     return id;
   }
+}
+
+/** A request that gives its input twice: which to count is the caller's to say. */
+function twoInputs(request: Omit<AcquireRequest, 'route' | 'paths'>): Error {
+  const given = (['inputTokens', 'text', 'messages'] as const).filter((k) => request[k] !== undefined);
+  return invalidArgument(given[1], request[given[1]], `give one of inputTokens, text and messages, not ${given.join(' and ')}`);
 }
 
 const GOVERNOR_OPTIONS = new Set(['clock']);
