@@ -81,19 +81,7 @@ test('examples/routing.mjs runs', () => {
   for (const line of ROUTING_OUTPUT) assert.match(out, line);
 });
 
-test("the repository README's Node quick start runs", () => {
-  const readme = readFileSync(join(root, '..', 'README.md'), 'utf8');
-  const section = readme.split('## Quick start (Node)')[1] ?? '';
-  const block = /```js\n([\s\S]*?)```/.exec(section)?.[1];
-  assert.ok(block, 'README.md has a Node quick start');
-  const file = join(root, 'examples', '.readme-quickstart.mjs');
-  writeFileSync(file, block);
-  try {
-    run(file, { OPENAI_API_KEY: 'sk-test' });
-  } finally {
-    rmSync(file);
-  }
-});
+// The repository README's Node quick start needs the mock server: test/root-readme.test.mjs runs it.
 
 test('examples/quickstart.mjs runs', () => {
   assert.match(run(join(root, 'examples', 'quickstart.mjs')), /admitted 2 requests/);
