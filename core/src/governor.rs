@@ -344,11 +344,16 @@ impl Governor {
     /// ```
     pub fn acquire(&self, request: &Request) -> Acquire {
         match self.enter(request, None) {
-            Ok(Ok(permit)) => Acquire::done(Ok(permit)),
+            Ok(Ok(permit)) => Acquire::admitted(crate::scheduler::Admitted {
+                permit,
+                waiting: self.waiting.clone(),
+                ledger: self.ledger.clone(),
+                clock: self.clock.clone(),
+            }),
             Ok(Err(guard)) => Acquire::waiting(guard),
             Err(error) => {
                 self.denied(&error, request);
-                Acquire::done(Err(error))
+                Acquire::refused(error)
             }
         }
     }

@@ -221,3 +221,32 @@ fn a_wait_for_a_ceiling_past_the_deadline_is_refused_at_once() {
     gov.wake_waiters();
     assert!(matches!(poll(&mut patient), Poll::Ready(Ok(_))));
 }
+
+/// One request in flight at a time on scope `p`.
+fn one_at_a_time() -> serde_json::Value {
+    json!({"scopes": {"p": {"limits": [{"dimension": "concurrency", "amount": 1}]}}})
+}
+
+fn in_flight(gov: &Governor) -> u64 {
+    gov.snapshot().scopes[0].limits[0].in_use
+}
+
+#[test]
+fn an_acquire_dropped_unpolled_gives_back_the_permit_granted_at_the_call() {
+    let (gov, _clock) = governor(one_at_a_time());
+    let route = gov.route(&["p"]).unwrap();
+    // As a `select!` whose other branch is ready first drops it.
+    let admitted = gov.acquire(&Request::new(route));
+    assert!(!admitted.is_waiting(), "admitted at the call");
+    assert_eq!(in_flight(&gov), 1);
+    let mut behind = gov.acquire(&Request::new(route));
+    assert!(poll(&mut behind).is_pending());
+    drop(admitted);
+    assert_eq!(gov.snapshot().scopes[0].limits[0].reserved, 1, "only the waiter's permit is held");
+    // The slot it gave back goes to the waiter at once.
+    let Poll::Ready(Ok(mut permit)) = poll(&mut behind) else { panic!("the waiter is still parked") };
+    drop(behind);
+    assert_eq!(in_flight(&gov), 1, "a permit handed out is not cancelled with its future");
+    gov.cancel(&mut permit).unwrap();
+    assert_eq!(in_flight(&gov), 0);
+}

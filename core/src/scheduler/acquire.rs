@@ -12,8 +12,9 @@ use crate::events::Events;
 use crate::{Clock, Ledger, Permit, Result};
 
 /// A request waiting for admission: resolves to its [`Permit`] or to why it
-/// was refused. Dropping it before then takes the request out of its queue;
-/// a permit granted at that very moment is cancelled, so nothing leaks.
+/// was refused. Dropping it before then takes the request out of its queue,
+/// and cancels a permit granted to it (at that very moment, or at the call
+/// if it was never polled), so nothing leaks.
 ///
 /// It needs no particular async runtime: the governor's own timer thread
 /// and the hooks in `settle`/`cancel` wake it. It is `Send + 'static`.
@@ -25,8 +26,21 @@ pub struct Acquire {
 
 #[derive(Debug)]
 enum State {
-    Done(Option<Result<Permit>>),
+    /// Refused at the call: the error, until it is taken.
+    Refused(Option<crate::Error>),
+    /// Admitted at the call: the permit until it is taken (`None` then),
+    /// cancelled if the future is dropped first.
+    Admitted(Option<Admitted>),
     Waiting(Guard),
+}
+
+/// A permit granted at the call, and what gives it back if nobody takes it.
+#[derive(Debug)]
+pub(crate) struct Admitted {
+    pub permit: Permit,
+    pub waiting: Arc<Waiting>,
+    pub ledger: Arc<Ledger>,
+    pub clock: Arc<dyn Clock>,
 }
 
 /// A queued waiter; dropped unanswered, it leaves the queue.
@@ -80,8 +94,12 @@ impl Drop for Guard {
 }
 
 impl Acquire {
-    pub(crate) fn done(outcome: Result<Permit>) -> Self {
-        Acquire { state: State::Done(Some(outcome)) }
+    pub(crate) fn refused(error: crate::Error) -> Self {
+        Acquire { state: State::Refused(Some(error)) }
+    }
+
+    pub(crate) fn admitted(admitted: Admitted) -> Self {
+        Acquire { state: State::Admitted(Some(admitted)) }
     }
 
     pub(crate) fn waiting(guard: Guard) -> Self {
@@ -101,12 +119,30 @@ impl Future for Acquire {
     /// If polled again after it returned `Ready`.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match &mut self.get_mut().state {
-            State::Done(outcome) => Poll::Ready(outcome.take().expect("Acquire polled after it completed")),
+            State::Refused(error) => Poll::Ready(Err(error.take().expect("Acquire polled after it completed"))),
+            State::Admitted(admitted) => {
+                Poll::Ready(Ok(admitted.take().expect("Acquire polled after it completed").permit))
+            }
             State::Waiting(guard) if guard.answered => panic!("Acquire polled after it completed"),
             State::Waiting(guard) => match guard.slot.poll(cx.waker()) {
                 Some(outcome) => Poll::Ready(guard.answer(outcome)),
                 None => Poll::Pending,
             },
+        }
+    }
+}
+
+impl Drop for Acquire {
+    /// A permit granted at the call and never taken (the future dropped
+    /// unpolled, e.g. by a `select!` whose other branch was ready) is
+    /// cancelled, as one granted to a waiter that left is. A permit handed
+    /// out is the caller's: it is no longer here to cancel.
+    fn drop(&mut self) {
+        if let State::Admitted(Some(admitted)) = &mut self.state {
+            let Admitted { permit, waiting, ledger, clock } = admitted;
+            // Pending and ours: cancelling cannot fail.
+            let _ = ledger.cancel(permit, clock.now());
+            waiting.kick(ledger, &**clock);
         }
     }
 }

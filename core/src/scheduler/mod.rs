@@ -93,7 +93,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use acquire::Acquire;
-pub(crate) use acquire::Guard;
+pub(crate) use acquire::{Admitted, Guard};
 pub use flow::WaiterId;
 pub use metrics::{ClassMetrics, QueueMetrics, WaitHistogram, WAIT_BUCKETS_S};
 pub use serve::Outcome;
