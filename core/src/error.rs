@@ -63,7 +63,7 @@ pub enum Error {
         reason: String,
     },
     /// A scope path is malformed.
-    #[error("invalid scope path `{path}`: {reason}")]
+    #[error("invalid scope path `{}`: {reason}", path.escape_debug())]
     InvalidPath {
         /// The path as given.
         path: String,

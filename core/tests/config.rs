@@ -135,6 +135,10 @@ fn request_paths_are_checked() {
     let gov = Governor::from_preset("openai-gpt-4o-tier1").unwrap();
     assert_eq!(gov.route(&["openai//gpt-4o"]).unwrap_err().code(), "invalid_path");
     assert_eq!(gov.route(&["tenants/*"]).unwrap_err().code(), "invalid_path");
+    // A NUL would cut the path short in C; no control character is a name.
+    let nul = gov.route(&["openai/org\0/gpt-4o"]).unwrap_err();
+    assert_eq!(nul.code(), "invalid_path");
+    assert!(nul.to_string().contains(r"openai/org\0/gpt-4o") && !nul.to_string().contains('\0'), "{nul}");
     assert_eq!(gov.route(&["anthropic/claude"]).unwrap_err().code(), "unknown_scope");
     let mixed = Governor::from_preset("volcengine-deepseek-v3").unwrap();
     let before = mixed.ledger().scope_count();

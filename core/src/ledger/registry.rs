@@ -321,6 +321,11 @@ pub(crate) fn split_path(path: &str) -> Result<SmallVec<[&str; 8]>> {
     if path.is_empty() {
         return Err(invalid("path is empty"));
     }
+    // A NUL would cut the path short in C, and any control character would
+    // reach logs and Prometheus labels as it is.
+    if let Some(c) = path.chars().find(|c| c.is_control()) {
+        return Err(invalid(&format!("holds the control character {c:?}; scope paths are printable text")));
+    }
     let segments: SmallVec<[&str; 8]> = path.split('/').collect();
     if segments.iter().any(|s| s.is_empty()) {
         return Err(invalid("empty segment (leading, trailing or doubled `/`)"));
