@@ -30,7 +30,9 @@ permit = gov.try_acquire_profile(profile, 6000, 500)
 print("went to", permit.deployment)  # openai/org: both idle, the first in order
 permit.report(503)  # the provider fails: its breaker opens (an event)
 permit.settle(6000, 0)
-print("then to", gov.try_acquire_profile(profile, 1000, 500).deployment)  # azure/eastus
+second = gov.try_acquire_profile(profile, 1000, 500)
+print("then to", second.deployment)  # azure/eastus
+second.cancel()  # never sent: refund it rather than leave it to expire
 
 # The hot path: a Route resolved once, positional counts.
 route = gov.route(["tenants/acme", "azure/eastus"])
