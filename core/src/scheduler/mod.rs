@@ -179,7 +179,7 @@ impl Scheduler {
     ) -> Result<WaiterId> {
         // The ledger validates only at admission: a request queued unchecked
         // would weigh on predictions and backlogs with impossible counts.
-        request.estimate().validate()?;
+        request.validate()?;
         let route = self.route_info(ledger, request.route, now)?;
         let class = self.class(class_name);
         let cost = Cost::of(&request);
