@@ -1,5 +1,4 @@
-/**
- * The governor: reserve before a request leaves (its permits, in
+/** * The governor: reserve before a request leaves (its permits, in
  * `permit.ts`, reconcile after). Routes, classes and permits cross into the
  * addon as numbers; paths and class names are resolved once and cached here.
  */
@@ -12,19 +11,6 @@ import { Permit, RoutedPermit } from './permit';
 import { countChatTokens, countTokens } from './tokens';
 import { dispatcher, EventListener } from './events';
 import { granted, keptUnlessAborted, signalOf, waitNumbers, WaitOptions } from './waiting';
-
-export type {
-  ClassMetrics,
-  EstimateErrorSummary,
-  LimitSnapshot,
-  Metrics,
-  PermitInfo,
-  QueueMetrics,
-  RefusalCount,
-  ScopeSnapshot,
-  Snapshot,
-  WaitHistogram,
-} from './native';
 
 /** A resolved set of scopes: a number, valid only with the governor that made it. */
 export type Route = number & { readonly __llmgovRoute: unique symbol };

@@ -26,7 +26,7 @@ export type {
   ScopeSnapshot,
   Snapshot,
   WaitHistogram,
-} from './governor';
+} from './native';
 export {
   CircuitOpenError,
   DeadlineExceededError,
