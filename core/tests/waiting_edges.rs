@@ -250,3 +250,43 @@ fn an_acquire_dropped_unpolled_gives_back_the_permit_granted_at_the_call() {
     gov.cancel(&mut permit).unwrap();
     assert_eq!(in_flight(&gov), 0);
 }
+
+/// A waker that drops another waiter's `Acquire` when woken, as an executor
+/// may when waking a task drops the last reference to another.
+struct DropsOnWake(std::sync::Mutex<Option<Acquire>>);
+
+impl std::task::Wake for DropsOnWake {
+    fn wake(self: Arc<Self>) {
+        self.0.lock().unwrap().take();
+    }
+}
+
+#[test]
+fn a_waker_that_drops_another_waiter_does_not_deadlock_the_queue() {
+    let (gov, clock) = governor(one_a_minute());
+    let gov = Arc::new(gov);
+    let route = gov.route(&["p"]).unwrap();
+    let _first = gov.try_acquire(&Request::new(route)).unwrap();
+    let mut second = gov.acquire(&Request::new(route));
+    let third = gov.acquire(&Request::new(route));
+    let waker = Arc::new(DropsOnWake(std::sync::Mutex::new(Some(third))));
+    assert!(Pin::new(&mut second).poll(&mut Context::from_waker(&Waker::from(waker.clone()))).is_pending());
+    clock.advance(Duration::from_secs(60));
+    // Admitting `second` wakes its task, which drops `third`: leaving the
+    // queue from inside the wake. The queue lock must not be held then. A
+    // deadlock would hang, so the wake runs on a thread watched by a channel.
+    let (done, finished) = std::sync::mpsc::channel();
+    let waking = gov.clone();
+    std::thread::spawn(move || {
+        waking.wake_waiters();
+        done.send(()).unwrap();
+    });
+    if finished.recv_timeout(Duration::from_secs(30)).is_err() {
+        // Dropping the governor would wait on the deadlocked lock too.
+        std::mem::forget((gov, second));
+        panic!("wake_waiters deadlocked: a waker ran under the queue lock");
+    }
+    assert!(waker.0.lock().unwrap().is_none(), "the waker ran");
+    assert!(matches!(poll(&mut second), Poll::Ready(Ok(_))));
+    assert_eq!(gov.queue_metrics().depth, 0, "the dropped waiter left the queue");
+}

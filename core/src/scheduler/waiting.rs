@@ -39,16 +39,17 @@ struct SlotInner {
 }
 
 impl Slot {
-    fn complete(&self, outcome: Result<Permit>) {
+    /// Puts the answer in and unparks a waiting thread. Returns the waiting
+    /// task's waker, to wake once the queue lock is released: a wake may run
+    /// anything, including dropping another waiter, which takes that lock.
+    fn complete(&self, outcome: Result<Permit>) -> Option<Waker> {
         let waker = {
             let mut inner = self.inner.lock();
             inner.outcome = Some(outcome);
             inner.waker.take()
         };
         self.ready.notify_one();
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+        waker
     }
 
     /// The answer if there is one; otherwise `waker` is woken when there is.
@@ -57,9 +58,14 @@ impl Slot {
         if let Some(outcome) = inner.outcome.take() {
             return Some(outcome);
         }
-        if !inner.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
-            inner.waker = Some(waker.clone());
+        if inner.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            return None;
         }
+        let replaced = inner.waker.replace(waker.clone());
+        // Dropped unlocked: dropping a waker may drop another waiter, which
+        // takes the queue lock, and a poll holding that takes this one.
+        drop(inner);
+        drop(replaced);
         None
     }
 
@@ -240,8 +246,9 @@ impl Queues {
         })?;
         let slot = Arc::new(Slot::default());
         state.slots.insert(id, slot.clone());
-        self.poll_locked(&mut state, ledger, now);
+        let answered = self.poll_locked(&mut state, ledger, now);
         drop(state);
+        wake(answered);
         self.after_poll(ledger, clock);
         match slot.take() {
             Some(Ok(permit)) => Ok(Entry::Admitted(permit)),
@@ -268,12 +275,14 @@ impl Queues {
             let now = clock.now();
             // A head that leaves may free the line it held: the waiters
             // behind it go now, not at the timer for its refill.
-            if state.scheduler.poll_timeout().is_some_and(|at| at <= now) {
-                self.poll_locked(&mut state, ledger, now);
+            let answered = if state.scheduler.poll_timeout().is_some_and(|at| at <= now) {
+                self.poll_locked(&mut state, ledger, now)
             } else {
                 self.depth.store(state.scheduler.depth(), Ordering::SeqCst);
-            }
+                Vec::new()
+            };
             drop(state);
+            wake(answered);
             self.after_poll(ledger, clock);
             return;
         }
@@ -295,9 +304,10 @@ impl Queues {
 
     fn poll_now(&self, ledger: &Ledger, clock: &dyn Clock) -> Option<u64> {
         let mut state = self.state.lock();
-        self.poll_locked(&mut state, ledger, clock.now());
+        let answered = self.poll_locked(&mut state, ledger, clock.now());
         let next = state.scheduler.poll_timeout();
         drop(state);
+        wake(answered);
         self.after_poll(ledger, clock);
         next
     }
@@ -309,23 +319,29 @@ impl Queues {
         while self.dirty.load(Ordering::SeqCst) {
             let Some(mut state) = self.state.try_lock() else { return };
             self.dirty.store(false, Ordering::SeqCst);
-            self.poll_locked(&mut state, ledger, clock.now());
+            let answered = self.poll_locked(&mut state, ledger, clock.now());
+            drop(state);
+            wake(answered);
         }
     }
 
-    fn poll_locked(&self, state: &mut State, ledger: &Ledger, now: u64) {
+    /// Polls the queues and answers the waiters it settled; returns their
+    /// tasks' wakers, for the caller to [`wake`] once it has let go of `state`.
+    #[must_use = "the answered tasks sleep until their wakers are woken"]
+    fn poll_locked(&self, state: &mut State, ledger: &Ledger, now: u64) -> Vec<Waker> {
         let State { scheduler, slots, outcomes } = state;
         // A waiter's tries are not refusals; the refusal that ends a wait is.
         scheduler.poll(now, &mut |request| ledger.try_acquire_uncounted(request, now), outcomes);
+        let mut answered = Vec::new();
         for outcome in outcomes.drain(..) {
             let slot = slots.remove(&outcome.waiter()).expect("every waiter has a slot");
-            slot.complete(match outcome {
+            answered.extend(slot.complete(match outcome {
                 Outcome::Admitted { permit, .. } => Ok(permit),
                 Outcome::Refused { error, .. } => {
                     ledger.count_refusal(&error);
                     Err(error)
                 }
-            });
+            }));
         }
         self.depth.store(scheduler.depth(), Ordering::SeqCst);
         let mut timer = self.timer.state.lock();
@@ -339,7 +355,13 @@ impl Queues {
         if sooner {
             self.timer.changed.notify_one();
         }
+        answered
     }
+}
+
+/// Wakes the tasks of answered waiters; called with no lock held.
+fn wake(answered: Vec<Waker>) {
+    answered.into_iter().for_each(Waker::wake);
 }
 
 impl Drop for Waiting {
