@@ -332,3 +332,24 @@ test('constructors: governor options are an object of known options; a config ob
   assert.throws(() => Governor.fromJson([1]), invalid('config', '[1]'));
   assert.equal(Governor.fromJson(CONFIG).nowMs() >= 0, true);
 });
+
+test('paths, profiles and classes: a lone surrogate is refused, not read as U+FFFD and merged with another', () => {
+  const g = Governor.fromJson({
+    scopes: {
+      'openai/org': { limits: [{ dimension: 'requests', amount: 1, window: '1m' }] },
+      'tenants/*': { limits: [{ dimension: 'requests', amount: 1, window: '1m' }] },
+    },
+    profiles: { 'gpt-4o': { deployments: ['openai/org'] } },
+  }, { clock: 'manual' });
+  // As UTF-8 both would be `tenants/\uFFFD`: one tenant's budget for two.
+  for (const path of ['tenants/\uD800', 'tenants/\uDFFF']) {
+    assert.throws(() => g.route([path]), invalid('paths', JSON.stringify(path)));
+    assert.throws(() => g.profile('gpt-4o', [path]), invalid('consumer', JSON.stringify(path)));
+  }
+  assert.throws(() => g.profile('gpt-\uD83D', []), invalid('profile'));
+  const route = g.route(['tenants/a']);
+  assert.throws(() => g.tryAcquire({ route, klass: 'batch\uDC00' }), invalid('klass'));
+  assert.equal(g.snapshot().admitted, 0, 'nothing was reserved');
+  // A surrogate pair is a character like any other.
+  g.tryAcquire({ paths: ['tenants/\uD83D\uDE00'] }).cancel();
+});

@@ -158,6 +158,19 @@ export function invalidArgument(field: string, value: unknown, reason: string): 
 }
 
 /**
+ * `value`, refused if it holds a lone UTF-16 surrogate: the addon reads
+ * strings as UTF-8, where it would become U+FFFD, so `'a\uD800'` and
+ * `'a\uD801'` would name one scope (or class) between them.
+ */
+export function wellFormed(field: string, value: string): string {
+  // `isWellFormed` is Node 20's, newer than the ES2022 library typed here.
+  if (!(value as unknown as { isWellFormed(): boolean }).isWellFormed()) {
+    throw invalidArgument(field, value, 'holds a lone UTF-16 surrogate, which has no UTF-8 form');
+  }
+  return value;
+}
+
+/**
  * The value as the message shows it: strings quoted, objects as JSON where
  * they have one (plain objects and arrays; a cycle or a BigInt inside has
  * none), other objects by their class.

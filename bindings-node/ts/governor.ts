@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 
 import native, { Metrics, NativeGovernor, QueueMetrics, ProfileArgs, Snapshot } from './native';
-import { invalidArgument, invalidConfig, jsonOf, knownKeys } from './errors';
+import { invalidArgument, invalidConfig, jsonOf, knownKeys, wellFormed } from './errors';
 import { ARGS, count, optionalCount } from './hot';
 import { Permit, RoutedPermit } from './permit';
 import { countChatTokens, countTokens } from './tokens';
@@ -137,6 +137,7 @@ export class Governor {
     const key = one ? paths[0] : `\u0000${JSON.stringify(paths)}`;
     let route = this.#routes.get(key);
     if (route === undefined) {
+      for (const p of paths) wellFormed('paths', p);
       route = this.#native.route(paths as string[]) as Route;
       this.#routes.set(key, route);
     }
@@ -181,6 +182,8 @@ export class Governor {
     const key = JSON.stringify([name, ...consumer]); // a join could confuse ['a', 'b'] with ['a\u0000b']
     let profile = this.#profiles.get(key);
     if (profile === undefined) {
+      wellFormed('profile', name);
+      for (const p of consumer) wellFormed('consumer', p);
       profile = this.#native.profile(name, consumer as string[]) as Profile;
       this.#profiles.set(key, profile);
     }
@@ -427,7 +430,7 @@ export class Governor {
     if (typeof name !== 'string') throw invalidArgument('klass', name, 'must be a class name');
     let id = this.#classes.get(name);
     if (id === undefined) {
-      id = this.#native.classId(name);
+      id = this.#native.classId(wellFormed('klass', name));
       this.#classes.set(name, id);
     }
     return id;
