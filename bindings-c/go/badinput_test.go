@@ -119,6 +119,17 @@ func TestARouteOfAnotherGovernorIsRefused(t *testing.T) {
 	}
 	must[*llmgov.Permit](t)(gov.TryAcquire(llmgov.Request{Route: mine, Class: myBatch})).Cancel()
 	must[*llmgov.Permit](t)(gov.TryAcquire(llmgov.Request{Route: mine, Class: 0})).Cancel()
+
+	// Scopes likewise: each governor interns its first scope at index 0.
+	theirScope := must[llmgov.Scope](t)(other.Scope("tenants/acme"))
+	if theirScope == must[llmgov.Scope](t)(gov.Scope("tenants/acme")) {
+		t.Fatalf("two governors handed out the same scope number %d", theirScope)
+	}
+	_, err = gov.ScopeSnapshot(theirScope)
+	wantArgError(t, "ScopeSnapshot", err, llmgov.ErrInvalidRequest, "scope", fmt.Sprint(uint64(theirScope)))
+	if err == nil || !strings.Contains(err.Error(), "this scope belongs to another governor") {
+		t.Errorf("want the message to say whose scope it is: %v", err)
+	}
 }
 
 func TestStatusesOutside100To999AreRefused(t *testing.T) {

@@ -159,8 +159,9 @@ type Route uint64
 // "class_id").
 type Class uint64
 
-// Scope is an interned scope, for ScopeSnapshot.
-type Scope uint32
+// Scope is an interned scope, for ScopeSnapshot; like a Route it is valid
+// only with the governor that made it.
+type Scope uint64
 
 // Route resolves scope paths to a route: every configured or template
 // scope on every prefix of every path, each once. Resolve once and reuse
@@ -211,7 +212,7 @@ func (g *Governor) Scope(path string) (Scope, error) {
 		return 0, err
 	}
 	defer C.free(unsafe.Pointer(cpath))
-	var scope C.uint32_t
+	var scope C.uint64_t
 	err = call(func() C.llmgov_result { return C.llmgov_governor_scope(h, cpath, &scope) })
 	return Scope(scope), err
 }

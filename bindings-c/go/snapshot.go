@@ -89,7 +89,7 @@ func (g *Governor) ScopeSnapshot(scope Scope) (*ScopeSnapshot, error) {
 		return nil, err
 	}
 	var out *C.char
-	err = call(func() C.llmgov_result { return C.llmgov_governor_scope_snapshot_json(h, C.uint32_t(scope), &out) })
+	err = call(func() C.llmgov_result { return C.llmgov_governor_scope_snapshot_json(h, C.uint64_t(scope), &out) })
 	text, err := takeString(out, err)
 	if err != nil {
 		return nil, err

@@ -1196,7 +1196,10 @@ llmgov_result llmgov_governor_route(const struct llmgov_governor *governor,
  * `llmgov_governor_scope_snapshot_json`.
  *
  * # Ownership
- * `*out_scope` is a plain number, valid with this governor only.
+ * `*out_scope` is a plain number, valid with this governor only: like a
+ * route number it carries the governor's tag, so another governor's scope
+ * is refused (`LLMGOV_RESULT_INVALID_REQUEST` naming `scope`) rather than
+ * read as this governor's scope of the same index.
  *
  * # Safety
  * `governor` NULL or live; `path` NULL or NUL-terminated; `out_scope` NULL
@@ -1204,7 +1207,7 @@ llmgov_result llmgov_governor_route(const struct llmgov_governor *governor,
  */
 llmgov_result llmgov_governor_scope(const struct llmgov_governor *governor,
                                     const char *path,
-                                    uint32_t *out_scope);
+                                    uint64_t *out_scope);
 
 /**
  * Interns a traffic class by name, for `llmgov_request.class_id`. Output
@@ -1254,7 +1257,7 @@ llmgov_result llmgov_governor_snapshot_json(const struct llmgov_governor *govern
  * As `llmgov_governor_snapshot_json`.
  */
 llmgov_result llmgov_governor_scope_snapshot_json(const struct llmgov_governor *governor,
-                                                  uint32_t scope,
+                                                  uint64_t scope,
                                                   char **out_json);
 
 /**

@@ -67,12 +67,23 @@ impl llmgov_governor {
         Err(self.not_ours(number, "class_id", "class", "llmgov_governor_class"))
     }
 
+    /// The scope a number names, or `invalid_request` naming `scope`.
+    fn scope(&self, number: u64) -> Outcome<ScopeId> {
+        let (tag, index) = ((number >> 32) as u32, number as u32);
+        if tag == self.tag {
+            if let Some(scope) = self.scopes.get(index) {
+                return Ok(scope);
+            }
+        }
+        Err(self.not_ours(number, "scope", "scope", "llmgov_governor_scope"))
+    }
+
     /// The number this governor hands out for what it interned at `index`.
     fn tagged(&self, index: u32) -> u64 {
         u64::from(self.tag) << 32 | u64::from(index)
     }
 
-    /// Why `number` names none of this governor's routes (or classes).
+    /// Why `number` names none of this governor's routes (or classes, or scopes).
     #[cold]
     fn not_ours(&self, number: u64, field: &'static str, what: &str, from: &str) -> Failure {
         let tag = (number >> 32) as u32;
@@ -286,7 +297,10 @@ pub unsafe extern "C" fn llmgov_governor_route(
 /// `llmgov_governor_scope_snapshot_json`.
 ///
 /// # Ownership
-/// `*out_scope` is a plain number, valid with this governor only.
+/// `*out_scope` is a plain number, valid with this governor only: like a
+/// route number it carries the governor's tag, so another governor's scope
+/// is refused (`LLMGOV_RESULT_INVALID_REQUEST` naming `scope`) rather than
+/// read as this governor's scope of the same index.
 ///
 /// # Safety
 /// `governor` NULL or live; `path` NULL or NUL-terminated; `out_scope` NULL
@@ -295,7 +309,7 @@ pub unsafe extern "C" fn llmgov_governor_route(
 pub unsafe extern "C" fn llmgov_governor_scope(
     governor: *const llmgov_governor,
     path: *const c_char,
-    out_scope: *mut u32,
+    out_scope: *mut u64,
 ) -> llmgov_result {
     guard(|| {
         // SAFETY: the caller's contract.
@@ -303,7 +317,7 @@ pub unsafe extern "C" fn llmgov_governor_scope(
             (args::reference(governor, "governor")?, args::text(path, "path")?, Out::new(out_scope, "out_scope")?)
         };
         let scope = gov.governor.scope_id(path)?;
-        out.write(gov.scopes.intern(scope, "scope")?);
+        out.write(gov.tagged(gov.scopes.intern(scope, "scope")?));
         Ok(())
     })
 }
@@ -373,13 +387,13 @@ pub unsafe extern "C" fn llmgov_governor_snapshot_json(
 #[no_mangle]
 pub unsafe extern "C" fn llmgov_governor_scope_snapshot_json(
     governor: *const llmgov_governor,
-    scope: u32,
+    scope: u64,
     out_json: *mut *mut c_char,
 ) -> llmgov_result {
     guard(|| {
         // SAFETY: the caller's contract.
         let (gov, out) = unsafe { (args::reference(governor, "governor")?, Out::new(out_json, "out_json")?) };
-        let id = gov.scopes.get(scope).ok_or_else(|| unknown_number("scope", scope, "llmgov_governor_scope"))?;
+        let id = gov.scope(scope)?;
         write_json(out, &gov.governor.scope_snapshot(id)?)
     })
 }

@@ -36,7 +36,7 @@ static const llmgov_governor *build(const char *budget, const char *thresholds, 
 
 /* The tenant's cost limit's in_use, in millionths. */
 static long cost_in_use(const llmgov_governor *gov) {
-    uint32_t scope = 0;
+    uint64_t scope = 0;
     char *json = NULL;
     if (llmgov_governor_scope(gov, "tenants/acme", &scope) != LLMGOV_RESULT_OK) return -1;
     if (llmgov_governor_scope_snapshot_json(gov, scope, &json) != LLMGOV_RESULT_OK) return -1;

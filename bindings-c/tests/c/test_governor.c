@@ -227,7 +227,7 @@ static void json_presets_classes_and_scopes(void) {
         "{\"scopes\":{\"a/b\":{\"limits\":[{\"dimension\":\"requests\",\"amount\":1,\"window\":\"1h\"}]}}}", NULL, &gov));
     const char *path = "a/b/c";
     uint64_t route = 0;
-    uint32_t scope = 0;
+    uint64_t scope = 0;
     uint64_t batch = 0, again = 0;
     CHECK_OK(llmgov_governor_route(gov, &path, 1, &route));
     CHECK_OK(llmgov_governor_class(gov, "batch", &batch));

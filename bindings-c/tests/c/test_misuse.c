@@ -43,7 +43,7 @@ static void null_arguments(const llmgov_governor *gov, llmgov_permit *permit) {
     CHECK_FAILED(llmgov_governor_route(gov, null_path, 2, &route), LLMGOV_RESULT_NULL_ARGUMENT, "paths[1]");
     CHECK_FAILED(llmgov_governor_route(gov, &path, 1, NULL), LLMGOV_RESULT_NULL_ARGUMENT, "out_route");
     CHECK(route == 77);
-    uint32_t number = 77;
+    uint64_t number = 77;
     CHECK_FAILED(llmgov_governor_scope(gov, NULL, &number), LLMGOV_RESULT_NULL_ARGUMENT, "path");
     CHECK_FAILED(llmgov_governor_scope(NULL, path, &number), LLMGOV_RESULT_NULL_ARGUMENT, "governor");
     CHECK_FAILED(llmgov_governor_scope(gov, path, NULL), LLMGOV_RESULT_NULL_ARGUMENT, "out_scope");
@@ -248,6 +248,16 @@ static void a_route_of_another_governor_is_refused(const llmgov_governor *gov, l
     CHECK_CONTAINS(last_error().message, "this class belongs to another governor");
     mine.class_id = my_batch;
     CHECK(permit == UNTOUCHED);
+    /* Scopes likewise: each governor's `a/b` is its first scope. */
+    uint64_t my_scope = 0, their_scope = 0;
+    CHECK_OK(llmgov_governor_scope(gov, path, &my_scope));
+    CHECK_OK(llmgov_governor_scope(other, path, &their_scope));
+    CHECK(my_scope != their_scope);
+    char *scope_json = NULL;
+    CHECK_FAILED(llmgov_governor_scope_snapshot_json(gov, their_scope, &scope_json), LLMGOV_RESULT_INVALID_REQUEST,
+                 "scope");
+    CHECK_CONTAINS(last_error().message, "this scope belongs to another governor");
+    CHECK(scope_json == NULL);
     char *json = NULL;
     CHECK_OK(llmgov_governor_snapshot_json(gov, &json));
     CHECK_CONTAINS(json, "\"reserved\":0,");

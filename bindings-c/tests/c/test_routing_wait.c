@@ -97,7 +97,7 @@ static void until_depth(const llmgov_governor *gov, long n) {
 
 /* `field` ("in_use", "reserved") of `dimension`'s limit on scope `path`. */
 static long amount(const llmgov_governor *gov, const char *path, const char *dimension, const char *field) {
-    uint32_t scope = 0;
+    uint64_t scope = 0;
     char *json = NULL;
     if (llmgov_governor_scope(gov, path, &scope) != LLMGOV_RESULT_OK) return -1;
     if (llmgov_governor_scope_snapshot_json(gov, scope, &json) != LLMGOV_RESULT_OK) return -1;
