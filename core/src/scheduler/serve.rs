@@ -194,16 +194,8 @@ fn visit(
         let waiter = queue.take(key, &order).expect("the head is in its flow");
         match decision {
             Ok(permit) => {
-                queue.flows.get_mut(key).expect("visited flows exist").deficit[p] -= cost;
                 let meter = meters.get_mut(key).expect("eligible made it");
-                meter.charge(phase, cost, pass.now);
-                let waited = pass.now.saturating_sub(waiter.enqueued_at);
-                queue.counts.admitted += 1;
-                queue.counts.max_wait_ns = queue.counts.max_wait_ns.max(waited);
-                queue.counts.wait.record(waited);
-                if phase == Phase::Borrowing && meter.has_guarantee() {
-                    queue.counts.borrowed_tokens = queue.counts.borrowed_tokens.saturating_add(cost);
-                }
+                let waited = charge_admission(queue, key, meter, phase, cost, waiter.enqueued_at, pass.now);
                 pass.out.push(Outcome::Admitted { waiter: waiter.id, permit, waited });
             }
             Err(error) => {
@@ -212,6 +204,30 @@ fn visit(
             }
         }
     }
+}
+
+/// Charges an admitted head of `cost` to its flow's deficit and meter, and
+/// counts it; returns how long it waited.
+fn charge_admission(
+    queue: &mut ClassQueue,
+    key: &FlowKey,
+    meter: &mut Meters,
+    phase: Phase,
+    cost: u64,
+    enqueued_at: u64,
+    now: u64,
+) -> u64 {
+    queue.flows.get_mut(key).expect("visited flows exist").deficit[phase as usize] -= cost;
+    meter.charge(phase, cost, now);
+    let waited = now.saturating_sub(enqueued_at);
+    let counts = &mut queue.counts;
+    counts.admitted += 1;
+    counts.max_wait_ns = counts.max_wait_ns.max(waited);
+    counts.wait.record(waited);
+    if phase == Phase::Borrowing && meter.has_guarantee() {
+        counts.borrowed_tokens = counts.borrowed_tokens.saturating_add(cost);
+    }
+    waited
 }
 
 /// A full cycle credited quanta and sent nothing: every flow that could
