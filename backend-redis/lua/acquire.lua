@@ -3,16 +3,19 @@
 -- KEYS[2] concurrency slots (sorted set: slot id -> expiry, microseconds)
 -- ARGV[1] epoch this process saw last ("" if none)   ARGV[2] fresh epoch to write if state is missing
 -- ARGV[3] safe share fraction (0, 1]                   ARGV[4] slot id   ARGV[5] slot TTL (us)
--- then per limit, 4 values: kind ("g" rate, "c" concurrency), a, b, cost
---   g: a = microseconds per unit (emission interval), b = burst (units)
---   c: a = capacity, b = unused
+-- then per limit, 5 values: kind ("g" rate, "c" concurrency), field, a, b, cost
+--   g: field = the state's field of its GCRA time (named by dimension and window,
+--      so processes listing limits in another order share each bucket),
+--      a = microseconds per unit (emission interval), b = burst (units)
+--   c: field unused, a = capacity, b = unused
 -- Returns {1, epoch, reset} on admission, {0, limit index (1-based), retry us or -1, epoch, reset} on refusal.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local state, slots = KEYS[1], KEYS[2]
 local epoch = redis.call('HGET', state, 'epoch')
 local reset = 0
-local n = (#ARGV - 5) / 4
+local n = (#ARGV - 5) / 5
+local function base(i) return 5 + (i - 1) * 5 end
 if not epoch then
   epoch = ARGV[2]
   redis.call('HSET', state, 'epoch', epoch)
@@ -22,24 +25,25 @@ if not epoch then
     reset = 1
     local share = tonumber(ARGV[3])
     for i = 1, n do
-      local base = 5 + (i - 1) * 4
-      if ARGV[base + 1] == 'g' then
-        local interval, burst = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
+      local b = base(i)
+      if ARGV[b + 1] == 'g' then
+        local interval, burst = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
         local held = math.floor(burst * share)
-        redis.call('HSET', state, 'tat' .. i, string.format('%.0f', now + (burst - held) * interval))
+        redis.call('HSET', state, ARGV[b + 2], string.format('%.0f', now + (burst - held) * interval))
       end
     end
   end
 end
 local tats = {}
 for i = 1, n do
-  local base = 5 + (i - 1) * 4
-  local kind, a, b, cost = ARGV[base + 1], tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
+  local b = base(i)
+  local kind, field = ARGV[b + 1], ARGV[b + 2]
+  local a, burst, cost = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
   if kind == 'g' then
-    local tat = tonumber(redis.call('HGET', state, 'tat' .. i) or now)
+    local tat = tonumber(redis.call('HGET', state, field) or now)
     if tat < now then tat = now end
     local new_tat = tat + math.ceil(cost * a)
-    local over = new_tat - now - b * a
+    local over = new_tat - now - burst * a
     if over > 0 then
       return {0, i, math.ceil(over), epoch, reset}
     end
@@ -52,10 +56,10 @@ for i = 1, n do
   end
 end
 for i = 1, n do
-  local base = 5 + (i - 1) * 4
-  if ARGV[base + 1] == 'g' then
-    redis.call('HSET', state, 'tat' .. i, string.format('%.0f', tats[i]))
-  elseif tonumber(ARGV[base + 4]) > 0 then
+  local b = base(i)
+  if ARGV[b + 1] == 'g' then
+    redis.call('HSET', state, ARGV[b + 2], string.format('%.0f', tats[i]))
+  elseif tonumber(ARGV[b + 5]) > 0 then
     redis.call('ZADD', slots, now + tonumber(ARGV[5]), ARGV[4])
   end
 end

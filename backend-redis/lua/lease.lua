@@ -1,22 +1,26 @@
 -- Leased mode: return a process's previous lease and take a new one,
 -- sized by the caller from its recent demand and cut to what the bucket holds.
--- KEYS[1] state hash (GCRA times, epoch)   KEYS[2] leases (hash: id -> "g1,g2,...")
+-- KEYS[1] state hash (GCRA times, epoch)   KEYS[2] leases (hash: id -> "field=us,field=us,...")
 -- KEYS[3] lease expiries (sorted set: id -> expiry, microseconds)
 -- ARGV[1] epoch this process saw last ("" if none)   ARGV[2] fresh epoch to write if state is missing
 -- ARGV[3] safe share (0, 1]   ARGV[4] lease id   ARGV[5] lease TTL (us)
 -- ARGV[6] epoch the returned lease was granted under ("" if none)
--- then per limit, 4 values: microseconds per unit, burst, give back, want
+-- then per limit, 5 values: field, microseconds per unit, burst, give back, want
+--   field: the state's field of the limit's GCRA time (named by dimension and window);
 --   give back > 0: unused units of the previous lease, refunded if that lease is still on record;
 --   give back < 0: units charged beyond the lease at settle (always charged).
--- Expired leases of any process are reaped first: their whole grant goes
--- back, so a crashed process's share returns within one TTL (what it had
--- used of it is the over-admission bound).
+-- A lease is recorded as the GCRA time it took from each field, so any
+-- process can give it back whatever its own config says. Expired leases of
+-- any process are reaped first: their whole grant goes back, so a crashed
+-- process's share returns within one TTL (what it had used of it is the
+-- over-admission bound).
 -- Returns {epoch, reset, g1, g2, ...}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local state, leases, expiries = KEYS[1], KEYS[2], KEYS[3]
-local n = (#ARGV - 6) / 4
-local function arg(i, k) return tonumber(ARGV[6 + (i - 1) * 4 + k]) end
+local n = (#ARGV - 6) / 5
+local function arg(i, k) return ARGV[6 + (i - 1) * 5 + k] end
+local function num(i, k) return tonumber(arg(i, k)) end
 
 local epoch = redis.call('HGET', state, 'epoch')
 local reset = 0
@@ -28,36 +32,28 @@ if not epoch then
     -- The state vanished after this process saw it: start at the safe share.
     reset = 1
     for i = 1, n do
-      local interval, burst = arg(i, 1), arg(i, 2)
+      local interval, burst = num(i, 2), num(i, 3)
       local held = math.floor(burst * tonumber(ARGV[3]))
-      redis.call('HSET', state, 'tat' .. i, string.format('%.0f', now + (burst - held) * interval))
+      redis.call('HSET', state, arg(i, 1), string.format('%.0f', now + (burst - held) * interval))
     end
   end
 end
 
--- units > 0 go back to the bucket (never past full); units < 0 are charged.
-local function adjust(i, units)
-  if units == 0 then return end
-  local field = 'tat' .. i
-  local interval = arg(i, 1)
+-- Moves a GCRA time: us > 0 gives capacity back (never past full); us < 0 charges it.
+local function shift(field, us)
+  if us == 0 then return end
   local tat = tonumber(redis.call('HGET', state, field) or now)
-  if units < 0 then
-    if tat < now then tat = now end
-    tat = tat + math.ceil(-units * interval)
-  else
-    tat = tat - math.floor(units * interval)
-    if tat < now then tat = now end
-  end
+  if tat < now then tat = now end
+  tat = tat - us
+  if tat < now then tat = now end
   redis.call('HSET', state, field, string.format('%.0f', tat))
 end
 
 local function give_back_record(id)
   local held = redis.call('HGET', leases, id)
   if held then
-    local i = 1
-    for amount in string.gmatch(held, '[^,]+') do
-      adjust(i, tonumber(amount))
-      i = i + 1
+    for field, us in string.gmatch(held, '([^,=]+)=([^,]+)') do
+      shift(field, tonumber(us))
     end
   end
   redis.call('HDEL', leases, id)
@@ -72,28 +68,30 @@ local mine = redis.call('HEXISTS', leases, ARGV[4]) == 1 and ARGV[6] == epoch
 redis.call('HDEL', leases, ARGV[4])
 redis.call('ZREM', expiries, ARGV[4])
 for i = 1, n do
-  local give = arg(i, 3)
-  if give < 0 or mine then adjust(i, give) end
+  local give, interval = num(i, 4), num(i, 2)
+  if give < 0 then
+    shift(arg(i, 1), -math.ceil(-give * interval))
+  elseif mine then
+    shift(arg(i, 1), math.floor(give * interval))
+  end
 end
 
 local reply = {epoch, reset}
 local record = {}
-local any = false
 for i = 1, n do
-  local interval, burst, want = arg(i, 1), arg(i, 2), arg(i, 4)
-  local field = 'tat' .. i
+  local field, interval, burst, want = arg(i, 1), num(i, 2), num(i, 3), num(i, 5)
   local tat = tonumber(redis.call('HGET', state, field) or now)
   if tat < now then tat = now end
   local room = math.floor((now + burst * interval - tat) / interval)
   local grant = math.max(0, math.min(want, room))
   if grant > 0 then
-    any = true
-    redis.call('HSET', state, field, string.format('%.0f', tat + math.ceil(grant * interval)))
+    local took = math.ceil(grant * interval)
+    redis.call('HSET', state, field, string.format('%.0f', tat + took))
+    record[#record + 1] = field .. '=' .. string.format('%.0f', math.floor(grant * interval))
   end
   reply[#reply + 1] = grant
-  record[#record + 1] = tostring(grant)
 end
-if any then
+if #record > 0 then
   redis.call('HSET', leases, ARGV[4], table.concat(record, ','))
   redis.call('ZADD', expiries, now + tonumber(ARGV[5]), ARGV[4])
 end

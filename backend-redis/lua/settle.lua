@@ -1,7 +1,7 @@
 -- Exact mode: reconcile one shared scope's reservation with actual usage.
 -- KEYS[1] state hash   KEYS[2] concurrency slots
 -- ARGV[1] epoch the reservation was made under   ARGV[2] slot id ("" if none)
--- then per rate limit, 3 values: limit index, microseconds per unit, delta (actual - reserved units)
+-- then per rate limit, 3 values: its field in the state hash, microseconds per unit, delta (actual - reserved units)
 -- A refund (negative delta) gives capacity back, never past a full bucket; a
 -- charge (positive delta) takes it, into debt if need be. When the state was
 -- lost since the reservation (the epoch changed), refunds are dropped: the
@@ -15,7 +15,7 @@ end
 local same_epoch = redis.call('HGET', state, 'epoch') == ARGV[1]
 local touched = 0
 for base = 3, #ARGV, 3 do
-  local field = 'tat' .. ARGV[base]
+  local field = ARGV[base]
   local interval, delta = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
   if delta > 0 or (delta < 0 and same_epoch) then
     local tat = tonumber(redis.call('HGET', state, field) or now)

@@ -27,6 +27,11 @@ pub(crate) struct SharedLimit {
     pub dimension: Dimension,
     pub kind: Kind,
     pub count_cached_input: bool,
+    /// The state hash's field holding a rate limit's GCRA time, named by
+    /// dimension and window (`tat:tokens:1m`), never by position: processes
+    /// whose configs list the limits in another order, or add one, still
+    /// charge the same bucket. Empty for concurrency.
+    pub field: String,
 }
 
 impl SharedLimit {
@@ -115,12 +120,17 @@ pub(crate) fn compile(config: &Config, settings: &Settings) -> Result<Vec<Shared
 }
 
 fn compile_limits(path: &str, scope: &ScopeConfig, margin: f64) -> Result<Vec<SharedLimit>> {
-    scope
-        .limits
-        .iter()
-        .enumerate()
-        .map(|(i, limit)| compile_limit(&format!("scopes.{path}.limits[{i}]"), limit, margin))
-        .collect()
+    let mut limits: Vec<SharedLimit> = Vec::with_capacity(scope.limits.len());
+    for (i, config) in scope.limits.iter().enumerate() {
+        let field = format!("scopes.{path}.limits[{i}]");
+        let limit = compile_limit(&field, config, margin)?;
+        if !limit.field.is_empty() && limits.iter().any(|l| l.field == limit.field) {
+            let reason = "a shared scope holds one limit per dimension and window (both would charge one Redis bucket)";
+            return Err(Error::config(format!("{field}.window"), config.window.as_deref().unwrap_or_default(), reason));
+        }
+        limits.push(limit);
+    }
+    Ok(limits)
 }
 
 fn compile_limit(field: &str, limit: &LimitConfig, margin: f64) -> Result<SharedLimit> {
@@ -146,16 +156,18 @@ fn compile_limit(field: &str, limit: &LimitConfig, margin: f64) -> Result<Shared
             dimension: limit.dimension,
             kind: Kind::Concurrency { capacity },
             count_cached_input,
+            field: String::new(),
         });
     }
     let window = limit.window.as_deref().unwrap_or_default();
-    let window_s = humantime::parse_duration(window)
-        .map_err(|e| Error::config(at("window"), window, format!("not a duration ({e})")))?
-        .as_secs_f64();
+    let window = humantime::parse_duration(window)
+        .map_err(|e| Error::config(at("window"), window, format!("not a duration ({e})")))?;
+    let field = format!("tat:{}:{}", limit.dimension, humantime::format_duration(window));
+    let window_s = window.as_secs_f64();
     let amount = scaled(amount);
     let burst = limit.burst.map_or(amount, scaled);
     let interval_us = window_s * MICROS_PER_SECOND / amount as f64;
-    Ok(SharedLimit { dimension: limit.dimension, kind: Kind::Rate { interval_us, burst }, count_cached_input })
+    Ok(SharedLimit { dimension: limit.dimension, kind: Kind::Rate { interval_us, burst }, count_cached_input, field })
 }
 
 /// The config a process enforces alone while Redis is away: only the shared

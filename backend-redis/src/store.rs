@@ -140,8 +140,8 @@ impl Store {
             .arg(ask.slot_ttl_us);
         for (limit, cost) in scope.limits.iter().zip(ask.costs) {
             match limit.kind {
-                Kind::Rate { interval_us, burst } => call.arg("g").arg(interval_us).arg(burst),
-                Kind::Concurrency { capacity } => call.arg("c").arg(capacity).arg(0),
+                Kind::Rate { interval_us, burst } => call.arg("g").arg(&limit.field).arg(interval_us).arg(burst),
+                Kind::Concurrency { capacity } => call.arg("c").arg("").arg(capacity).arg(0),
             };
             call.arg(*cost);
         }
@@ -154,8 +154,9 @@ impl Store {
         let mut call = self.settle.key(&scope.state_key);
         call.key(&scope.slots_key).arg(reconcile.epoch).arg(reconcile.slot.unwrap_or(""));
         for &(limit, delta) in reconcile.deltas {
-            let Kind::Rate { interval_us, .. } = scope.limits[limit].kind else { continue };
-            call.arg(limit + 1).arg(interval_us).arg(delta);
+            let limit = &scope.limits[limit];
+            let Kind::Rate { interval_us, .. } = limit.kind else { continue };
+            call.arg(&limit.field).arg(interval_us).arg(delta);
         }
         self.with(|c| call.invoke::<i64>(c)).map(drop)
     }
@@ -185,7 +186,7 @@ impl Store {
             .arg(ask.returned_epoch.unwrap_or(""));
         for ((limit, give), want) in scope.limits.iter().zip(ask.give_back).zip(ask.want) {
             let Kind::Rate { interval_us, burst } = limit.kind else { continue };
-            call.arg(interval_us).arg(burst).arg(*give).arg(*want);
+            call.arg(&limit.field).arg(interval_us).arg(burst).arg(*give).arg(*want);
         }
         let reply: Vec<Value> = self.with(|c| call.invoke(c))?;
         let epoch: String = redis::from_redis_value_ref(field(&reply, 0)?)?;
