@@ -125,18 +125,18 @@ impl LocalLease {
         used.iter().zip(self.recent.iter()).map(|(&u, r)| u.max(r.swap(0, Ordering::Relaxed))).collect()
     }
 
-    /// Puts back what [`LocalLease::take_all`] took when Redis could not
-    /// take it: the old lease still stands in Redis until its expiry.
-    pub fn restore(&self, returned: &Returned, deadline_ns: u64) {
+    /// After a renewal that failed on this side: Redis may have run it all
+    /// the same (a timeout, a reply lost), and then the unused units went
+    /// back to the bucket. So only the charges owed and the demand are put
+    /// back; the unused units are dropped (a refund is lost, never capacity
+    /// served twice), and the empty lease is renewed at its next use.
+    pub fn restore_after_failure(&self, returned: &Returned) {
         for (i, &give) in returned.give_back.iter().enumerate() {
-            if give >= 0 {
-                self.remaining[i].fetch_add(give as u64, Ordering::AcqRel);
-            } else {
+            if give < 0 {
                 self.debt[i].fetch_add(give.unsigned_abs(), Ordering::AcqRel);
             }
             self.used[i].fetch_add(returned.used[i], Ordering::Relaxed);
         }
-        self.deadline_ns.store(deadline_ns, Ordering::Release);
     }
 
     /// Installs a new grant, usable until `deadline_ns` (local time).

@@ -46,7 +46,6 @@ impl Inner {
     /// from recent demand (`None`: take nothing). Call holding `renewing`.
     fn renew(&self, i: usize, costs: Option<&[u64]>, now: u64) -> redis::RedisResult<()> {
         let (scope, lease) = (&self.scopes[i], &self.leases[i]);
-        let old_deadline = lease.deadline();
         let returned = lease.take_all();
         let processes = u64::from(self.settings.expected_processes);
         let want: Vec<u64> = match costs {
@@ -86,7 +85,7 @@ impl Inner {
                 Ok(())
             }
             Err(e) => {
-                lease.restore(&returned, old_deadline);
+                lease.restore_after_failure(&returned);
                 Err(e)
             }
         }

@@ -216,3 +216,53 @@ impl Drop for PrivateRedis {
         self.stop();
     }
 }
+
+/// A TCP proxy in front of a Redis that can lose the server's replies
+/// while still passing requests on: a network that fails after a request
+/// left, so Redis runs a script whose caller times out waiting for it.
+pub struct ReplyDroppingProxy {
+    pub port: u16,
+    dropping: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl ReplyDroppingProxy {
+    /// Listens on a free loopback port and forwards each connection to
+    /// `target_port`, until the test process ends.
+    pub fn start(target_port: u16) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let dropping = Arc::new(AtomicBool::new(false));
+        let flag = dropping.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", target_port)) else { return };
+                let (mut to_server, mut from_client) = (server.try_clone().unwrap(), client.try_clone().unwrap());
+                std::thread::spawn(move || std::io::copy(&mut from_client, &mut to_server));
+                let (mut from_server, mut to_client, flag) = (server, client, flag.clone());
+                std::thread::spawn(move || {
+                    use std::io::{Read, Write};
+                    let mut buffer = [0u8; 16 * 1024];
+                    while let Ok(n @ 1..) = from_server.read(&mut buffer) {
+                        if !flag.load(Ordering::Acquire) && to_client.write_all(&buffer[..n]).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        ReplyDroppingProxy { port, dropping }
+    }
+
+    /// From now on, replies are read from Redis and thrown away (`true`),
+    /// or passed on again (`false`).
+    pub fn drop_replies(&self, dropping: bool) {
+        self.dropping.store(dropping, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
