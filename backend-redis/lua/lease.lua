@@ -1,13 +1,15 @@
 -- Leased mode: return a process's previous lease and take a new one,
 -- sized by the caller from its recent demand and cut to what the bucket holds.
--- KEYS[1] state hash (GCRA times, epoch)   KEYS[2] leases (hash: id -> "field=us,field=us,...")
+-- KEYS[1] state hash (GCRA times, epoch)   KEYS[2] leases (hash: id -> "token|field=us,field=us,...")
 -- KEYS[3] lease expiries (sorted set: id -> expiry, microseconds)
 -- ARGV[1] epoch this process saw last ("" if none)   ARGV[2] fresh epoch to write if state is missing
 -- ARGV[3] safe share (0, 1]   ARGV[4] lease id   ARGV[5] lease TTL (us)
 -- ARGV[6] epoch the returned lease was granted under ("" if none)
+-- ARGV[7] token of the returned lease ("" if none)   ARGV[8] token of the new one
 -- then per limit, 5 values: field, microseconds per unit, burst, give back, want
 --   field: the state's field of the limit's GCRA time (named by dimension and window);
---   give back > 0: unused units of the previous lease, refunded if that lease is still on record;
+--   give back > 0: unused units of the previous lease, refunded if that lease (its token) is
+--     still on record: so a call run twice (retried after a lost reply) never refunds twice;
 --   give back < 0: units charged beyond the lease at settle (always charged).
 -- A lease is recorded as the GCRA time it took from each field, so any
 -- process can give it back whatever its own config says. Expired leases of
@@ -18,8 +20,8 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local state, leases, expiries = KEYS[1], KEYS[2], KEYS[3]
-local n = (#ARGV - 6) / 5
-local function arg(i, k) return ARGV[6 + (i - 1) * 5 + k] end
+local n = (#ARGV - 8) / 5
+local function arg(i, k) return ARGV[8 + (i - 1) * 5 + k] end
 local function num(i, k) return tonumber(arg(i, k)) end
 
 local epoch = redis.call('HGET', state, 'epoch')
@@ -52,7 +54,7 @@ end
 local function give_back_record(id)
   local held = redis.call('HGET', leases, id)
   if held then
-    for field, us in string.gmatch(held, '([^,=]+)=([^,]+)') do
+    for field, us in string.gmatch(string.match(held, '|(.*)$') or '', '([^,=]+)=([^,]+)') do
       shift(field, tonumber(us))
     end
   end
@@ -64,7 +66,8 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', expiries, '-inf', now)) do
   give_back_record(id)
 end
 
-local mine = redis.call('HEXISTS', leases, ARGV[4]) == 1 and ARGV[6] == epoch
+local record = redis.call('HGET', leases, ARGV[4])
+local mine = record and ARGV[7] ~= '' and string.match(record, '^([^|]*)|') == ARGV[7] and ARGV[6] == epoch
 redis.call('HDEL', leases, ARGV[4])
 redis.call('ZREM', expiries, ARGV[4])
 for i = 1, n do
@@ -77,7 +80,7 @@ for i = 1, n do
 end
 
 local reply = {epoch, reset}
-local record = {}
+local granted = {}
 for i = 1, n do
   local field, interval, burst, want = arg(i, 1), num(i, 2), num(i, 3), num(i, 5)
   local tat = tonumber(redis.call('HGET', state, field) or now)
@@ -87,12 +90,12 @@ for i = 1, n do
   if grant > 0 then
     local took = math.ceil(grant * interval)
     redis.call('HSET', state, field, string.format('%.0f', tat + took))
-    record[#record + 1] = field .. '=' .. string.format('%.0f', math.floor(grant * interval))
+    granted[#granted + 1] = field .. '=' .. string.format('%.0f', math.floor(grant * interval))
   end
   reply[#reply + 1] = grant
 end
-if #record > 0 then
-  redis.call('HSET', leases, ARGV[4], table.concat(record, ','))
+if #granted > 0 then
+  redis.call('HSET', leases, ARGV[4], ARGV[8] .. '|' .. table.concat(granted, ','))
   redis.call('ZADD', expiries, now + tonumber(ARGV[5]), ARGV[4])
 end
 return reply

@@ -25,6 +25,8 @@ pub(crate) struct LocalLease {
     generation: AtomicI64,
     /// The state epoch the lease was granted under.
     pub(crate) epoch: Mutex<Option<String>>,
+    /// The random token Redis records the lease under.
+    pub(crate) token: Mutex<Option<String>>,
     /// One renewal at a time.
     pub(crate) renewing: Mutex<()>,
 }
@@ -46,6 +48,7 @@ impl LocalLease {
             deadline_ns: AtomicU64::new(0),
             generation: AtomicI64::new(0),
             epoch: Mutex::new(None),
+            token: Mutex::new(None),
             renewing: Mutex::new(()),
         }
     }

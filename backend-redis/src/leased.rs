@@ -62,6 +62,8 @@ impl Inner {
             }
         };
         let returned_epoch = lease.epoch.lock().clone();
+        let returned_token = lease.token.lock().clone();
+        let token = format!("{:016x}", rand::random::<u64>());
         let seen = self.epochs[i].lock().clone();
         let fresh = format!("{:016x}", rand::random::<u64>());
         let ttl = self.settings.lease_ttl;
@@ -72,6 +74,8 @@ impl Inner {
             lease_id: &self.process_id,
             ttl_us: ttl.as_micros() as u64,
             returned_epoch: returned_epoch.as_deref(),
+            returned_token: returned_token.as_deref(),
+            token: &token,
             give_back: &returned.give_back,
             want: &want,
         };
@@ -79,6 +83,7 @@ impl Inner {
             Ok(grant) => {
                 self.saw_epoch(i, &grant.epoch, grant.reset);
                 *lease.epoch.lock() = Some(grant.epoch);
+                *lease.token.lock() = Some(token);
                 // Counted from before the call, so it ends before Redis's expiry.
                 let usable = ttl.as_nanos() as u64 / 10 * 9;
                 lease.install(&grant.grants, now.saturating_add(usable));

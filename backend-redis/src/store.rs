@@ -56,6 +56,11 @@ pub(crate) struct LeaseAsk<'a> {
     pub ttl_us: u64,
     /// The epoch the returned lease was granted under.
     pub returned_epoch: Option<&'a str>,
+    /// The returned lease's token: its unused units go back only if Redis
+    /// still records that very lease (a retried call never refunds twice).
+    pub returned_token: Option<&'a str>,
+    /// The new lease's token.
+    pub token: &'a str,
     /// Per limit: unused units (positive) or units charged past the lease (negative).
     pub give_back: &'a [i64],
     /// Per limit: units wanted.
@@ -67,6 +72,18 @@ pub(crate) struct LeaseGrant {
     pub epoch: String,
     pub reset: bool,
     pub grants: Vec<u64>,
+}
+
+/// Whether a call that failed on a closed pooled connection runs again on a
+/// new one. The closed connection may have delivered the call first (a reply
+/// lost), so only calls safe to run twice are retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// Run twice, it reserves twice (capacity lost until it refills, never
+    /// given away), or changes nothing more (heartbeats; leases, by token).
+    Safe,
+    /// Run twice, it could refund twice (settle): never retried.
+    Never,
 }
 
 pub(crate) struct Store {
@@ -94,15 +111,28 @@ impl Store {
         }
     }
 
-    /// Runs `call` on a pooled connection; a connection that failed is dropped.
-    pub fn with<T>(&self, call: impl FnOnce(&mut Connection) -> RedisResult<T>) -> RedisResult<T> {
+    /// Runs `call` on a pooled connection; a connection that failed is
+    /// dropped. A pooled connection the server closed while it sat idle (a
+    /// restart, the server's idle `timeout`, a proxy) is no outage: the pool
+    /// is emptied (its other connections are likely closed too) and, if
+    /// `retry` allows it, the call runs once more on a new connection.
+    fn with<T>(&self, retry: Retry, call: impl Fn(&mut Connection) -> RedisResult<T>) -> RedisResult<T> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let pooled = self.idle.lock().pop();
+        let reused = pooled.is_some();
         let mut connection = match pooled {
             Some(c) => c,
             None => self.connect()?,
         };
-        let result = call(&mut connection);
+        let mut result = call(&mut connection);
+        if reused && result.as_ref().is_err_and(|e| e.is_connection_dropped()) {
+            self.drop_idle();
+            if retry == Retry::Safe {
+                self.calls.fetch_add(1, Ordering::Relaxed);
+                connection = self.connect()?;
+                result = call(&mut connection);
+            }
+        }
         if result.is_ok() {
             let mut idle = self.idle.lock();
             if idle.len() < MAX_IDLE {
@@ -145,7 +175,7 @@ impl Store {
             };
             call.arg(*cost);
         }
-        let reply: Vec<Value> = self.with(|c| call.invoke(c))?;
+        let reply: Vec<Value> = self.with(Retry::Safe, |c| call.invoke(c))?;
         parse_admission(&reply)
     }
 
@@ -158,7 +188,7 @@ impl Store {
             let Kind::Rate { interval_us, .. } = limit.kind else { continue };
             call.arg(&limit.field).arg(interval_us).arg(delta);
         }
-        self.with(|c| call.invoke::<i64>(c)).map(drop)
+        self.with(Retry::Never, |c| call.invoke::<i64>(c)).map(drop)
     }
 
     /// Extends the expiry of `slots` held on `scope`.
@@ -168,7 +198,7 @@ impl Store {
         for slot in slots {
             call.arg(slot);
         }
-        self.with(|c| call.invoke::<i64>(c)).map(drop)
+        self.with(Retry::Safe, |c| call.invoke::<i64>(c)).map(drop)
     }
 }
 
@@ -183,12 +213,14 @@ impl Store {
             .arg(ask.safe_share)
             .arg(ask.lease_id)
             .arg(ask.ttl_us)
-            .arg(ask.returned_epoch.unwrap_or(""));
+            .arg(ask.returned_epoch.unwrap_or(""))
+            .arg(ask.returned_token.unwrap_or(""))
+            .arg(ask.token);
         for ((limit, give), want) in scope.limits.iter().zip(ask.give_back).zip(ask.want) {
             let Kind::Rate { interval_us, burst } = limit.kind else { continue };
             call.arg(&limit.field).arg(interval_us).arg(burst).arg(*give).arg(*want);
         }
-        let reply: Vec<Value> = self.with(|c| call.invoke(c))?;
+        let reply: Vec<Value> = self.with(Retry::Safe, |c| call.invoke(c))?;
         let epoch: String = redis::from_redis_value_ref(field(&reply, 0)?)?;
         let reset: i64 = redis::from_redis_value_ref(field(&reply, 1)?)?;
         let grants = reply[2..].iter().map(redis::from_redis_value_ref::<u64>).collect::<Result<_, _>>()?;

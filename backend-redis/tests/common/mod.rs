@@ -223,6 +223,7 @@ impl Drop for PrivateRedis {
 pub struct ReplyDroppingProxy {
     pub port: u16,
     dropping: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cutting: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl ReplyDroppingProxy {
@@ -234,18 +235,24 @@ impl ReplyDroppingProxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let dropping = Arc::new(AtomicBool::new(false));
-        let flag = dropping.clone();
+        let cutting = Arc::new(AtomicBool::new(false));
+        let (flag, cut) = (dropping.clone(), cutting.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
                 let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", target_port)) else { return };
                 let (mut to_server, mut from_client) = (server.try_clone().unwrap(), client.try_clone().unwrap());
                 std::thread::spawn(move || std::io::copy(&mut from_client, &mut to_server));
-                let (mut from_server, mut to_client, flag) = (server, client, flag.clone());
+                let (mut from_server, mut to_client, flag, cut) = (server, client, flag.clone(), cut.clone());
                 std::thread::spawn(move || {
                     use std::io::{Read, Write};
                     let mut buffer = [0u8; 16 * 1024];
                     while let Ok(n @ 1..) = from_server.read(&mut buffer) {
+                        if cut.swap(false, Ordering::AcqRel) {
+                            let _ = to_client.shutdown(std::net::Shutdown::Both);
+                            let _ = from_server.shutdown(std::net::Shutdown::Both);
+                            return;
+                        }
                         if !flag.load(Ordering::Acquire) && to_client.write_all(&buffer[..n]).is_err() {
                             return;
                         }
@@ -253,7 +260,13 @@ impl ReplyDroppingProxy {
                 });
             }
         });
-        ReplyDroppingProxy { port, dropping }
+        ReplyDroppingProxy { port, dropping, cutting }
+    }
+
+    /// The next reply from Redis is not passed on: its connection is closed
+    /// instead (the call ran, and the caller sees the connection drop).
+    pub fn cut_next_reply(&self) {
+        self.cutting.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// From now on, replies are read from Redis and thrown away (`true`),
