@@ -122,6 +122,34 @@ fn default_ms_per_token() -> f64 {
     15.0
 }
 
+/// The longest time to first token or spike a config may give: a day, so
+/// that a request's service time stays far inside the nanosecond clock.
+const MAX_LATENCY_MS: f64 = 86_400_000.0;
+
+/// The longest time per output token: a minute.
+const MAX_MS_PER_TOKEN: f64 = 60_000.0;
+
+impl LatencyConfig {
+    /// Refuses a negative, NaN, infinite or absurdly long time: a negative
+    /// one would answer before the request came, an infinite one never.
+    fn check(&self, field: &str) -> Result<(), CliError> {
+        for (name, ms, max) in [
+            ("ttft_ms", self.ttft_ms, MAX_LATENCY_MS),
+            ("ms_per_output_token", self.ms_per_output_token, MAX_MS_PER_TOKEN),
+            ("spike_ms", self.spike_ms, MAX_LATENCY_MS),
+        ] {
+            if !(ms.is_finite() && (0.0..=max).contains(&ms)) {
+                return Err(CliError::field(
+                    format!("{field}.{name}"),
+                    ms,
+                    format!("must be a number of ms in [0, {max}]"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for LatencyConfig {
     fn default() -> Self {
         LatencyConfig {
@@ -238,15 +266,16 @@ impl ProviderConfig {
             return Err(CliError::field(format!("{field}.concurrency"), "0", "must be at least 1"));
         }
         for (name, p) in [
-            ("error_429", self.chaos.error_429),
-            ("error_500", self.chaos.error_500),
-            ("error_529", self.chaos.error_529),
+            ("chaos.error_429", self.chaos.error_429),
+            ("chaos.error_500", self.chaos.error_500),
+            ("chaos.error_529", self.chaos.error_529),
             ("latency.spike_probability", self.latency.spike_probability),
         ] {
             if !(0.0..=1.0).contains(&p) {
-                return Err(CliError::field(format!("{field}.chaos.{name}"), p, "must be a probability in [0, 1]"));
+                return Err(CliError::field(format!("{field}.{name}"), p, "must be a probability in [0, 1]"));
             }
         }
+        self.latency.check(&format!("{field}.latency"))?;
         if let Some(f) = self.chaos.tighten_factor {
             if !(f > 0.0 && f <= 1.0) {
                 return Err(CliError::field(format!("{field}.chaos.tighten_factor"), f, "must be in (0, 1]"));

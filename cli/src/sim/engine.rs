@@ -148,7 +148,7 @@ impl<'a> Engine<'a> {
             match command {
                 Command::Send(job) => {
                     self.run.attempts += 1;
-                    self.schedule(now + self.network_ns, Event::Deliver(job));
+                    self.schedule(now.saturating_add(self.network_ns), Event::Deliver(job));
                 }
                 Command::At(at, timer) => self.schedule(at.max(now), Event::Wake(timer)),
                 Command::Fail(job) => self.run.outcomes[job].ended_at = now,
@@ -161,7 +161,7 @@ impl<'a> Engine<'a> {
         match self.provider.admit(now, &self.jobs[job].request()) {
             Ok(admitted) => {
                 self.run.outcomes[job].admitted_at = Some(now);
-                self.schedule(now + admitted.duration_ns, Event::Finish(job));
+                self.schedule(now.saturating_add(admitted.duration_ns), Event::Finish(job));
                 self.in_flight[job] = Some(admitted);
             }
             Err(rejected) => {
@@ -172,7 +172,7 @@ impl<'a> Engine<'a> {
                     self.run.rejected_other += 1;
                 }
                 self.answers[job] = Some(Answer::Refused(rejected));
-                self.schedule(now + self.network_ns, Event::Answer(job));
+                self.schedule(now.saturating_add(self.network_ns), Event::Answer(job));
             }
         }
     }
@@ -189,7 +189,7 @@ impl<'a> Engine<'a> {
                 let admitted = self.in_flight[job].take().expect("a finish follows an admission");
                 let (usage, headers) = self.provider.finish(now, &admitted);
                 self.answers[job] = Some(Answer::Done(usage, headers));
-                self.schedule(now + self.network_ns, Event::Answer(job));
+                self.schedule(now.saturating_add(self.network_ns), Event::Answer(job));
                 Ok(())
             }
             Event::Answer(job) => match self.answers[job].take().expect("an answer was sent") {

@@ -132,7 +132,7 @@ pub struct SizeConfig {
     /// Smallest value (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min: Option<u64>,
-    /// Largest value (default unbounded).
+    /// Largest value (default 2^40, the most tokens the core takes in a request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<u64>,
 }
@@ -274,9 +274,42 @@ fn optional_duration(field: String, text: &Option<String>) -> Result<Option<u64>
     text.as_deref().map(|t| duration_ns(&field, t)).transpose()
 }
 
+/// The most requests a scenario may hold, over all its classes: each costs
+/// the simulator a few hundred bytes per strategy, and a million already
+/// takes minutes.
+pub(crate) const MAX_REQUESTS: u64 = 1_000_000;
+
+/// A token count above the core's bound ([`llmgov::MAX_TOKENS`]) is refused
+/// by name here rather than by the ledger mid-run.
+fn at_most_max_tokens(field: &str, value: f64) -> Result<(), CliError> {
+    if value > llmgov::MAX_TOKENS as f64 {
+        // `1e300` as written, not its 301 digits.
+        let value = if value < 1e15 { value.to_string() } else { format!("{value:e}") };
+        return Err(CliError::field(field, value, format!("must be at most {} tokens", llmgov::MAX_TOKENS)));
+    }
+    Ok(())
+}
+
+/// [`at_most_max_tokens`] for a count written as an integer.
+fn count_at_most_max_tokens(field: &str, value: u64) -> Result<(), CliError> {
+    if value > llmgov::MAX_TOKENS {
+        return Err(CliError::field(field, value, format!("must be at most {} tokens", llmgov::MAX_TOKENS)));
+    }
+    Ok(())
+}
+
 impl SizeConfig {
     fn check(&self, field: &str) -> Result<(), CliError> {
         positive(&format!("{field}.median"), self.median)?;
+        at_most_max_tokens(&format!("{field}.median"), self.median)?;
+        if let Some(p95) = self.p95 {
+            at_most_max_tokens(&format!("{field}.p95"), p95)?;
+        }
+        for (name, value) in [("min", self.min), ("max", self.max)] {
+            if let Some(value) = value {
+                count_at_most_max_tokens(&format!("{field}.{name}"), value)?;
+            }
+        }
         if let Some(p95) = self.p95 {
             if !(p95.is_finite() && p95 >= self.median) {
                 return Err(CliError::field(format!("{field}.p95"), p95, "must be at least the median"));
@@ -334,9 +367,17 @@ impl ClassConfig {
         if self.requests == 0 {
             return Err(CliError::field(format!("{field}.requests"), 0, "must be at least 1"));
         }
+        if self.requests > MAX_REQUESTS {
+            return Err(CliError::field(
+                format!("{field}.requests"),
+                self.requests,
+                format!("must be at most {MAX_REQUESTS}"),
+            ));
+        }
         if self.max_tokens == 0 {
             return Err(CliError::field(format!("{field}.max_tokens"), 0, "must be at least 1"));
         }
+        count_at_most_max_tokens(&format!("{field}.max_tokens"), self.max_tokens)?;
         self.input_tokens.check(&format!("{field}.input_tokens"))?;
         self.output_tokens.check(&format!("{field}.output_tokens"))?;
         let (start_ns, every_ns) = self.arrival.check(&format!("{field}.arrival"))?;
@@ -457,6 +498,11 @@ impl Scenario {
         let classes = (self.workload.classes.iter().enumerate())
             .map(|(i, c)| c.check(&format!("workload.classes[{i}]")))
             .collect::<Result<Vec<_>, _>>()?;
+        let requests: u64 = classes.iter().map(|c| c.config.requests).sum();
+        if requests > MAX_REQUESTS {
+            let reason = format!("the classes' requests add up to more than {MAX_REQUESTS}");
+            return Err(CliError::field("workload.classes", requests, reason));
+        }
         let strategies = (self.strategies.iter().enumerate())
             .map(|(i, s)| s.check(&format!("strategies[{i}]")))
             .collect::<Result<Vec<_>, _>>()?;

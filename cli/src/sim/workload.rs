@@ -64,7 +64,12 @@ impl Size {
     fn new(config: &SizeConfig) -> Self {
         let sigma = config.p95.map_or(0.0, |p95| (p95 / config.median).ln() / Z95);
         let dist = (sigma > 0.0).then(|| LogNormal::new(config.median.ln(), sigma).expect("sigma is positive"));
-        Size { dist, median: config.median, min: config.min.unwrap_or(1).max(1), max: config.max.unwrap_or(u64::MAX) }
+        Size {
+            dist,
+            median: config.median,
+            min: config.min.unwrap_or(1).max(1),
+            max: config.max.unwrap_or(llmgov::MAX_TOKENS),
+        }
     }
 
     fn draw(&self, rng: &mut ChaCha8Rng) -> u64 {

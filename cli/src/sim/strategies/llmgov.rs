@@ -218,7 +218,7 @@ impl InFlight {
         let charged = permit.charged();
         ledger.settle(&mut permit, charged, now)?;
         if retryable(rejected.kind) {
-            cx.at(now + rejected.retry_after_ns.unwrap_or(DEFAULT_RETRY_NS).max(1), Timer::Retry(job));
+            cx.at(now.saturating_add(rejected.retry_after_ns.unwrap_or(DEFAULT_RETRY_NS).max(1)), Timer::Retry(job));
         } else {
             cx.fail(job);
         }

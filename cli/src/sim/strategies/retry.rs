@@ -64,7 +64,7 @@ impl Client for Retry {
         self.retries[job] = n + 1;
         // A zero draw would resend within the same instant: wait at least 1 ns.
         let sleep = self.sleep(n).max(1);
-        cx.at(now + sleep, Timer::Retry(job));
+        cx.at(now.saturating_add(sleep), Timer::Retry(job));
         Ok(())
     }
 

@@ -78,7 +78,7 @@ impl SeedLimiter {
             }
         }
         let polls = (passes_at - now).div_ceil(self.poll_ns).max(1);
-        Gate::Until(now + polls * self.poll_ns)
+        Gate::Until(now.saturating_add(polls.saturating_mul(self.poll_ns)))
     }
 }
 
@@ -109,7 +109,7 @@ impl Client for SeedLimiter {
     /// stays in the window: nothing is reconciled).
     fn rejected(&mut self, now: u64, job: usize, rejected: &Rejected, cx: &mut Cx) -> Result<(), CliError> {
         if retryable(rejected.kind) {
-            cx.at(now + self.poll_ns, Timer::Retry(job));
+            cx.at(now.saturating_add(self.poll_ns), Timer::Retry(job));
         } else {
             cx.fail(job);
         }

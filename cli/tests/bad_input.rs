@@ -1,0 +1,85 @@
+//! Bad input given to the `llmgov` binary, as a careless user would give it:
+//! each must end in a clear error naming the field (or flag) and the value,
+//! with a non-zero exit status, never a panic, an abort or a run that never
+//! ends.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The shipped seed batch scenario, as text to break.
+fn seed_batch() -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/seed_batch.toml");
+    std::fs::read_to_string(path).expect("the shipped scenario reads")
+}
+
+/// Runs `llmgov args`.
+fn llmgov(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_llmgov")).args(args).output().expect("the binary runs")
+}
+
+/// Runs `llmgov simulate` on `text`, written to a file named after `name`.
+fn simulate(name: &str, text: &str) -> Output {
+    let path = std::env::temp_dir().join(format!("llmgov-bad-{}-{name}.toml", std::process::id()));
+    std::fs::write(&path, text).expect("the temp dir is writable");
+    let output = llmgov(&["simulate", path.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&path);
+    output
+}
+
+/// The seed batch with `from` replaced by `to` (which must be there).
+fn seed_batch_with(from: &str, to: &str) -> String {
+    let text = seed_batch();
+    assert!(text.contains(from), "{from:?} is not in seed_batch.toml");
+    text.replacen(from, to, 1)
+}
+
+/// Asserts that `output` is a clean failure whose message names each of `needles`.
+#[track_caller]
+fn assert_refused(output: &Output, needles: &[&str]) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "exit status {} for {stderr}", output.status);
+    assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"), "{stderr}");
+    assert!(stderr.starts_with("llmgov: error: "), "{stderr}");
+    for needle in needles {
+        assert!(stderr.contains(needle), "{needle:?} missing from {stderr}");
+    }
+}
+
+#[test]
+fn latencies_that_are_negative_infinite_nan_or_absurd_are_refused_by_name() {
+    let latency = "latency = { ttft_ms = 400, ms_per_output_token = 15 }";
+    for (broken, field, shown) in [
+        ("latency = { ttft_ms = -400, ms_per_output_token = 15 }", "ttft_ms", "`-400`"),
+        ("latency = { ttft_ms = inf, ms_per_output_token = 15 }", "ttft_ms", "`inf`"),
+        ("latency = { ttft_ms = nan, ms_per_output_token = 15 }", "ttft_ms", "`NaN`"),
+        ("latency = { ttft_ms = 1e300, ms_per_output_token = 15 }", "ttft_ms", "`1000000000"),
+        ("latency = { ttft_ms = 400, ms_per_output_token = -15 }", "ms_per_output_token", "`-15`"),
+        ("latency = { ttft_ms = 400, ms_per_output_token = 15, spike_ms = -1 }", "spike_ms", "`-1`"),
+    ] {
+        let output = simulate(&format!("latency-{field}"), &seed_batch_with(latency, broken));
+        assert_refused(&output, &[&format!("`provider.latency.{field}` = {shown}")]);
+    }
+}
+
+#[test]
+fn a_bad_spike_probability_is_named_under_latency() {
+    let output = simulate(
+        "spike",
+        &seed_batch_with("ms_per_output_token = 15 }", "ms_per_output_token = 15, spike_probability = 2 }"),
+    );
+    assert_refused(&output, &["`provider.latency.spike_probability` = `2`"]);
+}
+
+#[test]
+fn more_requests_than_the_simulator_holds_are_refused_not_aborted() {
+    let output = simulate("requests", &seed_batch_with("requests = 1000", "requests = 100000000000"));
+    assert_refused(&output, &["`workload.classes[0].requests` = `100000000000`", "at most 1000000"]);
+}
+
+#[test]
+fn token_sizes_beyond_the_cores_bound_are_refused_by_name() {
+    let output = simulate("median", &seed_batch_with("median = 1950, p95 = 2850", "median = 1e300, p95 = 1e301"));
+    assert_refused(&output, &["`workload.classes[0].input_tokens.median` = `1e300`"]);
+    let output = simulate("max-tokens", &seed_batch_with("max_tokens = 400", "max_tokens = 9000000000000000000"));
+    assert_refused(&output, &["`workload.classes[0].max_tokens` = `9000000000000000000`"]);
+}
