@@ -109,8 +109,7 @@ impl RedisGovernor {
         let section = value.as_object_mut().and_then(|table| table.remove("redis")).ok_or_else(|| {
             Error::config("redis", "", "missing: a [redis] section names the server and shared scopes")
         })?;
-        let raw: RedisConfig = serde_path_to_error::deserialize(section)
-            .map_err(|e| Error::config(format!("redis.{}", e.path()), "", e.inner().to_string()))?;
+        let raw: RedisConfig = serde_path_to_error::deserialize(section).map_err(section_error)?;
         let settings = Settings::compile(raw, std::env::var("LLMGOV_REDIS_URL").ok())?;
         let config = Config::from_value(value)?;
         Self::new(config, settings, clock)
@@ -226,12 +225,37 @@ impl Drop for RedisGovernor {
     }
 }
 
+/// A serde error in the `[redis]` section, naming the field and the value
+/// (serde quotes it in the reason), as the core does for its sections.
+fn section_error(e: serde_path_to_error::Error<serde_json::Error>) -> Error {
+    let reason = e.inner().to_string();
+    let path = e.path().to_string();
+    let at = if path == "." { "redis".to_owned() } else { format!("redis.{path}") };
+    let quoted = |quote: char| reason.split(quote).nth(1).map(str::to_owned).unwrap_or_default();
+    if let Some(missing) = reason.strip_prefix("missing field `") {
+        return Error::config(format!("{at}.{}", missing.trim_end_matches('`')), "", reason.clone());
+    }
+    let value = if reason.starts_with("invalid type: string") { quoted('"') } else { quoted('`') };
+    Error::config(at, value, reason)
+}
+
 /// The Redis client: plain, or TLS with the configured CA.
 fn client(settings: &Settings) -> Result<redis::Client> {
     let url_error = |e: redis::RedisError| Error::config("redis.url", redact(&settings.url), e.to_string());
     #[cfg(feature = "tls")]
     if let Some(path) = &settings.tls_ca_file {
         let root_cert = std::fs::read(path).map_err(|e| Error::config("redis.tls_ca_file", path, e.to_string()))?;
+        // A file with no certificate (DER, a key, the wrong file) would trust
+        // nothing: every connection refused, the process on its safe share for good.
+        use rustls::pki_types::{pem::PemObject, CertificateDer};
+        let certificates = CertificateDer::pem_slice_iter(&root_cert).collect::<Result<Vec<_>, _>>();
+        if !certificates.is_ok_and(|found| !found.is_empty()) {
+            return Err(Error::config(
+                "redis.tls_ca_file",
+                path,
+                "holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+            ));
+        }
         let certificates = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) };
         return redis::Client::build_with_tls(settings.url.as_str(), certificates).map_err(url_error);
     }

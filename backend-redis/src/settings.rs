@@ -142,15 +142,29 @@ impl Settings {
                 ));
             }
         }
+        if let Some(path) = &raw.tls_ca_file {
+            if !url.starts_with("rediss://") {
+                return Err(Error::config("redis.tls_ca_file", path, "a CA file needs a rediss:// url (TLS)"));
+            }
+        }
+        // The keeper refreshes slots and returns leases every third of a TTL:
+        // below MIN_TTL it would call Redis in a tight loop.
+        let ttl = |field, text: Option<&str>, default| duration(field, text, default, MIN_TTL);
+        let millis = Duration::from_millis(1);
         Ok(Settings {
             url,
             prefix: raw.prefix,
             expected_processes: raw.expected_processes,
-            slot_ttl: duration("redis.slot_ttl", raw.slot_ttl.as_deref(), Duration::from_secs(10))?,
-            timeout: duration("redis.timeout", raw.timeout.as_deref(), Duration::from_millis(250))?,
-            retry_interval: duration("redis.retry_interval", raw.retry_interval.as_deref(), Duration::from_secs(1))?,
+            slot_ttl: ttl("redis.slot_ttl", raw.slot_ttl.as_deref(), Duration::from_secs(10))?,
+            timeout: duration("redis.timeout", raw.timeout.as_deref(), Duration::from_millis(250), millis)?,
+            retry_interval: duration(
+                "redis.retry_interval",
+                raw.retry_interval.as_deref(),
+                Duration::from_secs(1),
+                millis,
+            )?,
             tls_ca_file: raw.tls_ca_file,
-            lease_ttl: duration("redis.lease_ttl", raw.lease_ttl.as_deref(), Duration::from_secs(2))?,
+            lease_ttl: ttl("redis.lease_ttl", raw.lease_ttl.as_deref(), Duration::from_secs(2))?,
             scopes: raw.scopes.into_iter().map(|(path, scope)| (path, scope.mode)).collect(),
         })
     }
@@ -161,11 +175,20 @@ impl Settings {
     }
 }
 
-fn duration(field: &str, text: Option<&str>, default: Duration) -> Result<Duration> {
+/// The shortest slot or lease TTL.
+const MIN_TTL: Duration = Duration::from_millis(100);
+/// The longest duration of the section: longer ones are typos (`1000y`)
+/// that would overflow the nanosecond clock arithmetic.
+const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+fn duration(field: &str, text: Option<&str>, default: Duration, min: Duration) -> Result<Duration> {
     let Some(text) = text else { return Ok(default) };
     match humantime::parse_duration(text) {
-        Ok(d) if d >= Duration::from_millis(1) => Ok(d),
-        Ok(_) => Err(Error::config(field, text, "must be at least 1ms")),
+        Ok(d) if d < min => {
+            Err(Error::config(field, text, format!("must be at least {}", humantime::format_duration(min))))
+        }
+        Ok(d) if d > MAX_DURATION => Err(Error::config(field, text, "must be at most 1day")),
+        Ok(d) => Ok(d),
         Err(e) => Err(Error::config(field, text, format!("not a duration ({e}); write e.g. 250ms, 1s, 10s"))),
     }
 }

@@ -100,3 +100,51 @@ fn rediss_with_a_private_ca_admits_through_tls() {
     assert!(!health.degraded && health.redis_errors == 0, "{health:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn config_error(text: &str) -> (String, String, String) {
+    match RedisGovernor::from_toml(text) {
+        Err(llmgov_redis::Error::InvalidConfig { field, value, reason }) => (field, value, reason),
+        Err(other) => panic!("expected InvalidConfig, got {other}"),
+        Ok(_) => panic!("accepted:\n{text}"),
+    }
+}
+
+fn with_ca(url: &str, ca: &str) -> String {
+    format!(
+        r#"
+        [scopes."p/shared"]
+        limits = [{{ dimension = "requests", amount = 5, window = "1d" }}]
+        [redis]
+        url = "{url}"
+        tls_ca_file = "{ca}"
+        prefix = "p"
+        expected_processes = 5
+        [redis.scopes."p/shared"]
+        mode = "exact"
+        "#
+    )
+}
+
+/// A CA file holding no certificate trusted nothing: every connection was
+/// refused and the process ran on its safe share for good, the config
+/// accepted. And a CA file beside a plain `redis://` URL named the URL.
+#[test]
+fn a_ca_file_without_a_certificate_or_without_rediss_is_a_config_error() {
+    let dir = std::env::temp_dir().join(fresh_prefix("tls-bad-ca"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let not_pem = dir.join("ca.der");
+    std::fs::write(&not_pem, [0x30, 0x82, 0x01, 0x0a, 0x02]).unwrap();
+    let not_pem = not_pem.to_string_lossy().into_owned();
+    let (field, value, reason) = config_error(&with_ca("rediss://127.0.0.1:6379", &not_pem));
+    assert_eq!((field.as_str(), value.as_str()), ("redis.tls_ca_file", not_pem.as_str()), "{reason}");
+    assert!(reason.contains("no PEM certificate"), "{reason}");
+
+    let (field, value, reason) = config_error(&with_ca("redis://127.0.0.1:6379", &not_pem));
+    assert_eq!((field.as_str(), value.as_str()), ("redis.tls_ca_file", not_pem.as_str()), "{reason}");
+    assert!(reason.contains("rediss://"), "{reason}");
+
+    let missing = dir.join("missing.pem").to_string_lossy().into_owned();
+    let (field, value, _) = config_error(&with_ca("rediss://127.0.0.1:6379", &missing));
+    assert_eq!((field.as_str(), value.as_str()), ("redis.tls_ca_file", missing.as_str()));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,64 @@
+//! The `[redis]` section's bad values: each an `InvalidConfig` naming the
+//! field and the value as written. (No Redis needed: nothing connects.)
+
+use llmgov_redis::{Error, RedisGovernor};
+
+fn refused(redis: &str) -> (String, String, String) {
+    let text = format!(
+        r#"
+        [scopes."p/s"]
+        limits = [{{ dimension = "requests", amount = 10, window = "1m" }}]
+        [redis]
+        {redis}
+        "#
+    );
+    match RedisGovernor::from_toml(&text) {
+        Err(Error::InvalidConfig { field, value, reason }) => (field, value, reason),
+        Err(other) => panic!("expected InvalidConfig for {redis:?}, got {other}"),
+        Ok(_) => panic!("accepted {redis:?}"),
+    }
+}
+
+const BASE: &str = "url = \"redis://127.0.0.1:1\"\nprefix = \"p\"\nexpected_processes = 2";
+
+/// A year-long TTL overflowed the nanosecond arithmetic (a lease's deadline
+/// wrapped); a 1 ms one made the keeper call Redis in a tight loop.
+#[test]
+fn durations_out_of_range_name_the_field_and_value() {
+    for (field, text, says) in [
+        ("lease_ttl", "1000years", "at most 1day"),
+        ("slot_ttl", "2days", "at most 1day"),
+        ("timeout", "100000000000years", "at most 1day"),
+        ("retry_interval", "1year", "at most 1day"),
+        ("slot_ttl", "1ms", "at least 100ms"),
+        ("lease_ttl", "99ms", "at least 100ms"),
+        ("timeout", "0s", "at least 1ms"),
+        ("timeout", "soon", "not a duration"),
+    ] {
+        let (named, value, reason) = refused(&format!("{BASE}\n{field} = \"{text}\""));
+        assert_eq!((named.as_str(), value.as_str()), (format!("redis.{field}").as_str(), text));
+        assert!(reason.contains(says), "{field} = {text}: {reason}");
+    }
+    // The bounds themselves are taken.
+    let text = format!(
+        "[scopes.\"p/s\"]\nlimits = [{{ dimension = \"requests\", amount = 1, window = \"1m\" }}]\n[redis]\n{BASE}\nslot_ttl = \"100ms\"\nlease_ttl = \"1day\"\ntimeout = \"1ms\""
+    );
+    RedisGovernor::from_toml(&text).unwrap();
+}
+
+/// Serde's errors named the field with an empty value.
+#[test]
+fn values_of_the_wrong_type_or_unknown_name_the_field_and_value() {
+    let cases = [
+        ("url = 5\nprefix = \"p\"\nexpected_processes = 2", "redis.url", "5"),
+        ("url = \"redis://h\"\nprefix = \"p\"\nexpected_processes = -1", "redis.expected_processes", "-1"),
+        ("url = \"redis://h\"\nprefix = \"p\"\nexpected_processes = \"8\"", "redis.expected_processes", "8"),
+        ("url = \"redis://h\"\nexpected_processes = 2", "redis.prefix", ""),
+        (&format!("{BASE}\ntimeot = \"1s\""), "redis.timeot", "timeot"),
+        (&format!("{BASE}\n[redis.scopes.\"p/s\"]\nmode = \"fast\""), "redis.scopes.p/s.mode", "fast"),
+    ];
+    for (redis, field, value) in cases {
+        let (named, shown, reason) = refused(redis);
+        assert_eq!((named.as_str(), shown.as_str()), (field, value), "{reason}");
+    }
+}
