@@ -83,3 +83,18 @@ fn token_sizes_beyond_the_cores_bound_are_refused_by_name() {
     let output = simulate("max-tokens", &seed_batch_with("max_tokens = 400", "max_tokens = 9000000000000000000"));
     assert_refused(&output, &["`workload.classes[0].max_tokens` = `9000000000000000000`"]);
 }
+
+/// Prompts larger than the provider's token limit could never be admitted:
+/// the run used to retry them until a week of virtual time had passed (or
+/// report 0% served beside a meaningless bound).
+#[test]
+fn requests_that_never_fit_the_provider_are_refused_up_front() {
+    let text = seed_batch_with("median = 1950, p95 = 2850, max = 8000", "median = 150000").replacen(
+        "requests = 1000",
+        "requests = 5",
+        1,
+    );
+    let llmgov_only = text.split("[[strategies]]").next().unwrap().to_owned() + "[[strategies]]\nkind = \"llmgov\"\n";
+    let output = simulate("never-fits", &llmgov_only);
+    assert_refused(&output, &["`workload.classes[0]`", "150000 input tokens", "holds 100000 per 1m"]);
+}

@@ -286,6 +286,57 @@ async fn anthropic_streams_its_events_with_usage() {
     assert_eq!(delta["delta"]["stop_reason"], "end_turn");
 }
 
+/// A request costing more than a limit ever holds used to get an ordinary
+/// 429 with a `retry-after`, forever: a client that obeyed it never got
+/// through. It is refused as OpenAI refuses it, with nothing to wait for.
+#[tokio::test]
+async fn a_request_larger_than_a_limit_is_too_large_with_no_retry_after() {
+    let config = format!(
+        "{}\n[anthropic]\nshape = \"anthropic\"\nlimits = [{{ dimension = \"output_tokens\", amount = 40, window = \"1m\" }}]\n{LATENCY}",
+        openai_config(r#"{ dimension = "tokens", amount = 1000, window = "1m", enforce_every = "1s" }"#)
+    );
+    let server = MockServer::start("too-large", &config);
+    // 50 tokens fit the 1000 a minute, not its 16 a second.
+    let response = server.openai(&chat(false)).await;
+    assert_eq!(response.status(), 429);
+    assert!(response.headers().get("retry-after").is_none() && response.headers().get("retry-after-ms").is_none());
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        (body["error"]["code"].as_str(), body["error"]["type"].as_str()),
+        (Some("rate_limit_exceeded"), Some("tokens"))
+    );
+    let text = body["error"]["message"].as_str().unwrap();
+    assert!(text.starts_with("Request too large for tokens per 1s: Limit 16, Requested 50."), "{text}");
+
+    let response = server.anthropic(&message(false)).await;
+    assert_eq!(response.status(), 429);
+    assert!(response.headers().get("retry-after").is_none());
+    let raw = response.text().await.unwrap();
+    let body: Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(body["error"]["type"], "rate_limit_error");
+    let text = body["error"]["message"].as_str().unwrap();
+    assert!(text.starts_with("Request too large for output_tokens per 1m: Limit 40, Requested 50."), "{text}");
+    // llmgov reads it as a request to shrink, not one to retry.
+    let no_headers: &[(&str, &str)] = &[];
+    let classification = llmgov::classify_response(429, no_headers, raw.as_bytes(), llmgov::ProviderHint::Auto, 0);
+    assert_eq!(classification.kind, llmgov::LimitKind::TooLarge);
+}
+
+/// The shipped gpt-4o tier-1 example held its 30,000 tokens a minute over
+/// each second too, 500 tokens: every request without `max_tokens` (charged
+/// 1024) was refused, forever.
+#[tokio::test]
+async fn the_openai_tier1_example_serves_a_request_without_max_tokens() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("mock/openai-tier1.toml");
+    let (child, base) = spawn(&example);
+    let server = MockServer { child, base, config: std::env::temp_dir().join("llmgov-mock-none.toml") };
+    let body = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "stream": true});
+    // A stream's headers come at once; its tokens are not awaited.
+    let response = server.openai(&body).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-ratelimit-remaining-tokens"), "28976");
+}
+
 #[tokio::test]
 async fn malformed_requests_get_400_in_each_shape() {
     let config = format!("{}\n[anthropic]\nshape = \"anthropic\"\n{LATENCY}", openai_config(""));

@@ -73,6 +73,35 @@ pub struct Rejected {
     pub body: String,
 }
 
+/// A request that costs more on a limit than the limit ever holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooLarge {
+    /// What the limit counts.
+    pub dimension: ProviderDimension,
+    /// What it holds.
+    pub limit: u64,
+    /// Its window.
+    pub window_ns: u64,
+    /// What the request costs on it at admission.
+    pub requested: u64,
+}
+
+/// OpenAI's words for it, which clients (and llmgov's classifier) read as
+/// "never retry".
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let window = humantime::format_duration(Duration::from_nanos(self.window_ns));
+        write!(
+            f,
+            "Request too large for {} per {window}: Limit {}, Requested {}. \
+             The input or output tokens must be reduced in order to run successfully.",
+            self.dimension.as_str(),
+            self.limit,
+            self.requested
+        )
+    }
+}
+
 /// What a finished request used, as the provider reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProviderUsage {
@@ -173,6 +202,21 @@ impl Provider {
         cost as f64
     }
 
+    /// The first limit on which `req` costs more at admission than the
+    /// limit ever holds (as tightened so far), if any: such a request can
+    /// never be admitted, however long it waits.
+    pub fn too_large(&self, req: &ProviderRequest) -> Option<TooLarge> {
+        self.limits.iter().find_map(|limit| {
+            let (cost, holds) = (self.admission_cost(limit, req), limit.amount * self.scale);
+            (cost > holds).then(|| TooLarge {
+                dimension: limit.dimension,
+                limit: holds.floor() as u64,
+                window_ns: limit.window_ns,
+                requested: cost as u64,
+            })
+        })
+    }
+
     /// Takes the request on, or refuses it as the provider would.
     pub fn admit(&mut self, now: u64, req: &ProviderRequest) -> Result<Admitted, Rejected> {
         self.maybe_tighten(now);
@@ -180,6 +224,10 @@ impl Provider {
             return Err(self.reject(now, &req.key, kind, None));
         }
         let pool_name = self.pool_name(&req.key);
+        if let Some(too_large) = self.too_large(req) {
+            let kind = RejectionKind::TooLarge(too_large.dimension);
+            return Err(self.reject_with(now, &req.key, kind, None, &too_large.to_string()));
+        }
         let costs: Vec<f64> = self.limits.iter().map(|l| self.admission_cost(l, req)).collect();
         let (concurrency, limits) = (self.config.concurrency, self.limits.clone());
         let pool = self.pool(&pool_name);
@@ -280,7 +328,6 @@ impl Provider {
 
     /// The refusal the provider sends.
     fn reject(&mut self, now: u64, key: &str, kind: RejectionKind, retry_after_ns: Option<u64>) -> Rejected {
-        let shape = self.config.shape;
         let message = match kind {
             RejectionKind::RateLimited(Some(d)) => format!("Rate limit reached for {}", d.as_str()),
             RejectionKind::RateLimited(None) => "Too many requests".to_owned(),
@@ -290,12 +337,26 @@ impl Provider {
             RejectionKind::Overloaded => "Overloaded".to_owned(),
             RejectionKind::ServerError => "The server had an error while processing your request.".to_owned(),
             RejectionKind::BadRequest => "Bad request".to_owned(),
+            RejectionKind::TooLarge(d) => format!("Request too large for {}", d.as_str()),
         };
+        self.reject_with(now, key, kind, retry_after_ns, &message)
+    }
+
+    /// The refusal the provider sends, with its message.
+    fn reject_with(
+        &mut self,
+        now: u64,
+        key: &str,
+        kind: RejectionKind,
+        retry_after_ns: Option<u64>,
+        message: &str,
+    ) -> Rejected {
+        let shape = self.config.shape;
         let mut headers = self.headers(now, key);
         if let Some(wait) = retry_after_ns {
             headers.extend(retry_headers(wait));
         }
-        Rejected { status: kind.status(shape), kind, retry_after_ns, headers, body: error_body(shape, kind, &message) }
+        Rejected { status: kind.status(shape), kind, retry_after_ns, headers, body: error_body(shape, kind, message) }
     }
 
     /// The limits' state for `key`'s pool, as rate-limit headers.

@@ -12,6 +12,10 @@ use super::config::{ApiShape, ProviderDimension};
 pub enum RejectionKind {
     /// A rate limit refused it; `None` for requests in flight.
     RateLimited(Option<ProviderDimension>),
+    /// It costs more on this limit than the limit ever holds: waiting never
+    /// helps (OpenAI's 429 "Request too large … The input or output tokens
+    /// must be reduced").
+    TooLarge(ProviderDimension),
     /// Billing: waiting never helps.
     QuotaExhausted,
     /// The provider is overloaded (529, or 503 in the OpenAI shape).
@@ -26,7 +30,7 @@ impl RejectionKind {
     /// The HTTP status the provider answers with.
     pub fn status(self, shape: ApiShape) -> u16 {
         match (self, shape) {
-            (RejectionKind::RateLimited(_) | RejectionKind::QuotaExhausted, _) => 429,
+            (RejectionKind::RateLimited(_) | RejectionKind::TooLarge(_) | RejectionKind::QuotaExhausted, _) => 429,
             (RejectionKind::Overloaded, ApiShape::Openai) => 503,
             (RejectionKind::Overloaded, ApiShape::Anthropic) => 529,
             (RejectionKind::ServerError, _) => 500,
@@ -111,8 +115,9 @@ pub fn error_body(shape: ApiShape, kind: RejectionKind, message: &str) -> String
     match shape {
         ApiShape::Openai => {
             let (kind_type, code) = match kind {
-                RejectionKind::RateLimited(Some(ProviderDimension::Requests)) => ("requests", "rate_limit_exceeded"),
-                RejectionKind::RateLimited(Some(_)) => ("tokens", "rate_limit_exceeded"),
+                RejectionKind::RateLimited(Some(ProviderDimension::Requests))
+                | RejectionKind::TooLarge(ProviderDimension::Requests) => ("requests", "rate_limit_exceeded"),
+                RejectionKind::RateLimited(Some(_)) | RejectionKind::TooLarge(_) => ("tokens", "rate_limit_exceeded"),
                 RejectionKind::RateLimited(None) => ("requests", "rate_limit_exceeded"),
                 RejectionKind::QuotaExhausted => ("insufficient_quota", "insufficient_quota"),
                 RejectionKind::Overloaded => ("server_error", "overloaded"),
@@ -123,7 +128,9 @@ pub fn error_body(shape: ApiShape, kind: RejectionKind, message: &str) -> String
         }
         ApiShape::Anthropic => {
             let kind_type = match kind {
-                RejectionKind::RateLimited(_) | RejectionKind::QuotaExhausted => "rate_limit_error",
+                RejectionKind::RateLimited(_) | RejectionKind::TooLarge(_) | RejectionKind::QuotaExhausted => {
+                    "rate_limit_error"
+                }
                 RejectionKind::Overloaded => "overloaded_error",
                 RejectionKind::ServerError => "api_error",
                 RejectionKind::BadRequest => "invalid_request_error",

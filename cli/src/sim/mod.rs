@@ -44,6 +44,7 @@ pub fn demo_scenario() -> Scenario {
 pub fn run(scenario: &Scenario) -> Result<Report, CliError> {
     let checked = scenario.check()?;
     let jobs = workload::generate(scenario.seed, &checked.classes, &checked.tenants);
+    refuse_requests_that_never_fit(scenario, &jobs)?;
     let (bound, token_limit) = bound::lower_bound(&scenario.provider, checked.network_ns, &jobs)?;
     let provider_seed = scenario.seed.wrapping_add(PROVIDER_SEED_OFFSET);
     let mut reports = Vec::new();
@@ -63,6 +64,29 @@ pub fn run(scenario: &Scenario) -> Result<Report, CliError> {
         token_limit,
         strategies: reports,
     })
+}
+
+/// A request the provider could never admit (it costs more on a limit than
+/// the limit holds) would leave every strategy retrying, or giving up, for
+/// nothing, and the lower bound meaningless: the scenario is refused,
+/// naming the class and the first such request.
+fn refuse_requests_that_never_fit(scenario: &Scenario, jobs: &[workload::Job]) -> Result<(), CliError> {
+    let provider = crate::provider::Provider::new(scenario.provider.clone(), 0, std::time::UNIX_EPOCH)?;
+    for job in jobs {
+        if let Some(too_large) = provider.too_large(&job.request()) {
+            let window = humantime::format_duration(std::time::Duration::from_nanos(too_large.window_ns));
+            let value = format!("a request of {} input tokens with max_tokens {}", job.input_tokens, job.max_tokens);
+            let reason = format!(
+                "it is charged {} on the provider's {} limit, which holds {} per {window}, so no client could \
+                 ever send it; lower the class's input_tokens (or set input_tokens.max) or max_tokens",
+                too_large.requested,
+                too_large.dimension.as_str(),
+                too_large.limit,
+            );
+            return Err(CliError::field(format!("workload.classes[{}]", job.class), value, reason));
+        }
+    }
+    Ok(())
 }
 
 /// Loads a scenario file and runs it. Every error names the file.

@@ -23,7 +23,7 @@ use crate::provider::{ProviderConfig, ProviderDimension, RejectionKind};
 fn retryable(kind: RejectionKind) -> bool {
     match kind {
         RejectionKind::RateLimited(_) | RejectionKind::Overloaded | RejectionKind::ServerError => true,
-        RejectionKind::QuotaExhausted | RejectionKind::BadRequest => false,
+        RejectionKind::QuotaExhausted | RejectionKind::TooLarge(_) | RejectionKind::BadRequest => false,
     }
 }
 
