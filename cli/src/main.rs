@@ -40,6 +40,9 @@ enum Command {
         svg: Option<PathBuf>,
     },
     /// Works out the sustainable request rate of a set of limits.
+    // A negative value (`--rpm -1`) reaches the check that names the flag,
+    // rather than being taken for an unknown flag `-1`.
+    #[command(allow_negative_numbers = true)]
     Plan {
         #[command(flatten)]
         input: PlanInput,

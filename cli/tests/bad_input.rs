@@ -98,3 +98,22 @@ fn requests_that_never_fit_the_provider_are_refused_up_front() {
     let output = simulate("never-fits", &llmgov_only);
     assert_refused(&output, &["`workload.classes[0]`", "150000 input tokens", "holds 100000 per 1m"]);
 }
+
+/// `--rpm -1` used to be taken for an unknown flag `-1` ("unexpected
+/// argument '-1' found"), which names neither the flag nor the problem.
+#[test]
+fn negative_plan_numbers_are_refused_naming_the_flag() {
+    for flag in
+        ["--rpm", "--tpm", "--input-tpm", "--output-tpm", "--concurrency", "--p95-input", "--p95-output", "--latency"]
+    {
+        let limit = if flag == "--tpm" { "--rpm" } else { "--tpm" };
+        let output = llmgov(&["plan", "--avg-input", "100", "--avg-output", "50", limit, "6000", flag, "-5"]);
+        assert_refused(&output, &[&format!("`{flag}` = `-5`"), "must be a positive number"]);
+    }
+    let output = llmgov(&["plan", "--avg-input", "-1.5", "--avg-output", "50", "--rpm", "60"]);
+    assert_refused(&output, &["`--avg-input` = `-1.5`", "must be a non-negative number"]);
+    let output = llmgov(&["plan", "--avg-input", "100", "--avg-output", "-1.5", "--rpm", "60"]);
+    assert_refused(&output, &["`--avg-output` = `-1.5`", "must be a non-negative number"]);
+    let output = llmgov(&["plan", "--avg-input", "100", "--avg-output", "50", "--rpm", "60", "--utilisation", "-0.5"]);
+    assert_refused(&output, &["`--utilisation` = `-0.5`"]);
+}
