@@ -61,19 +61,42 @@ pub fn duration_ns(field: &str, text: &str) -> Result<u64, CliError> {
 /// Parses TOML into `T`, naming the field and value at fault.
 pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, CliError> {
     let value: toml::Value = toml::from_str(text).map_err(|e| {
-        let value = e.span().map(|s| text[s].to_owned()).unwrap_or_default();
-        CliError::field("<toml>", value, e.message())
+        let span = e.span().unwrap_or(0..0);
+        CliError::field(syntax_field(text, span.start), &text[span], e.message())
     })?;
     serde_path_to_error::deserialize(value).map_err(|e| {
-        let field = e.path().to_string();
+        let path = e.path().to_string();
         // toml appends "in `path`" lines to its messages: the path is already
         // in `field`, and its backticks would hide the value.
         let full = e.inner().to_string();
         let reason = full.lines().next().unwrap_or_default().to_owned();
         let quoted = |quote: char| reason.split(quote).nth(1).map(str::to_owned);
+        if let Some(missing) = reason.strip_prefix("missing field ").and_then(|_| quoted('`')) {
+            // serde names the table ("." at the top) and the field apart.
+            let field = if path == "." { missing } else { format!("{path}.{missing}") };
+            return CliError::field(field, "", "is required");
+        }
         let value = if reason.starts_with("invalid type: string") { quoted('"') } else { quoted('`') };
-        CliError::Field { field, value: value.unwrap_or_default(), reason }
+        CliError::Field { field: path, value: value.unwrap_or_default(), reason }
     })
+}
+
+/// Where a TOML syntax error is: the key being set if the error is in its
+/// value (`amount` at line 11), else the line and column.
+fn syntax_field(text: &str, at: usize) -> String {
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    let key = before[line_start..].trim_end().strip_suffix('=').map(|b| {
+        let b = b.trim_end();
+        let start = b.rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-' || c == '.')).map_or(0, |i| i + 1);
+        &b[start..]
+    });
+    match key {
+        Some(key) if !key.is_empty() => format!("{key} (line {line})"),
+        _ => format!("line {line}, column {column}"),
+    }
 }
 
 #[cfg(test)]
@@ -92,6 +115,20 @@ mod tests {
     #[serde(rename_all = "snake_case")]
     enum Kind {
         Fixed,
+    }
+
+    #[test]
+    fn a_missing_field_is_named_with_its_path() {
+        let err = parse_toml::<Shape>("kind = \"fixed\"").unwrap_err().to_string();
+        assert_eq!(err, "`tokens` = ``: is required");
+    }
+
+    #[test]
+    fn a_syntax_error_names_the_key_or_the_line() {
+        let err = parse_toml::<Shape>("kind = \"fixed\"\ntokens = 18446744073709551615").unwrap_err().to_string();
+        assert!(err.starts_with("`tokens (line 2)` = `18446744073709551615`: "), "{err}");
+        let err = parse_toml::<Shape>("kind = \"fixed\"\n[oops").unwrap_err().to_string();
+        assert!(err.starts_with("`line 2, column "), "{err}");
     }
 
     #[test]

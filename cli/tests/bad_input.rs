@@ -117,3 +117,14 @@ fn negative_plan_numbers_are_refused_naming_the_flag() {
     let output = llmgov(&["plan", "--avg-input", "100", "--avg-output", "50", "--rpm", "60", "--utilisation", "-0.5"]);
     assert_refused(&output, &["`--utilisation` = `-0.5`"]);
 }
+
+/// An empty file used to say "`.` = `name`: missing field `name`", and an
+/// integer past TOML's range "`<toml>` = `18446744073709551615`".
+#[test]
+fn empty_files_missing_fields_and_out_of_range_integers_name_the_field() {
+    assert_refused(&simulate("empty", ""), &["`name` = ``: is required"]);
+    let output = simulate("no-max-tokens", &seed_batch_with("max_tokens = 400", ""));
+    assert_refused(&output, &["`workload.classes[0].max_tokens` = ``: is required"]);
+    let output = simulate("u64-max", &seed_batch_with("amount = 60,", "amount = 18446744073709551615,"));
+    assert_refused(&output, &["`amount (line 11)` = `18446744073709551615`"]);
+}
