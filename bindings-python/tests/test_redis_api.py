@@ -110,6 +110,33 @@ def test_config_errors_name_the_field_and_value() -> None:
     assert not_a_dict.value.field == "config"
 
 
+def test_bad_redis_values_name_the_field_and_the_value(tmp_path: Path) -> None:
+    """A value of the wrong type named no value; a year-long TTL was taken
+    (and overflowed); a CA file with no certificate was taken, and every
+    connection then failed: the process ran on its safe share for good."""
+    wrong_type = as_dict(closed_port_url(), "p")
+    wrong_type["redis"]["url"] = 5
+    with pytest.raises(llmgov.ConfigError) as url:
+        RedisGovernor.from_dict(wrong_type)
+    assert (url.value.field, url.value.value) == ("redis.url", "5")
+
+    for field, text in [("lease_ttl", "1000years"), ("slot_ttl", "1ms"), ("retry_interval", "2days")]:
+        too_far = as_dict(closed_port_url(), "p")
+        too_far["redis"][field] = text
+        with pytest.raises(llmgov.ConfigError) as ttl:
+            RedisGovernor.from_dict(too_far)
+        assert (ttl.value.field, ttl.value.value) == (f"redis.{field}", text)
+
+    not_pem = tmp_path / "ca.der"
+    not_pem.write_bytes(bytes([0x30, 0x82, 0x01, 0x0A]))
+    for url_text in ["rediss://127.0.0.1:6379", "redis://127.0.0.1:6379"]:
+        bad_ca = as_dict(url_text, "p")
+        bad_ca["redis"]["tls_ca_file"] = str(not_pem)
+        with pytest.raises(llmgov.ConfigError) as ca:
+            RedisGovernor.from_dict(bad_ca)
+        assert (ca.value.field, ca.value.value) == ("redis.tls_ca_file", str(not_pem))
+
+
 def test_leased_scopes_refuse_concurrency_limits_with_the_field() -> None:
     text = config(closed_port_url(), "p", mode="leased").replace(
         'window = "1d" }]', 'window = "1d" }, { dimension = "concurrency", amount = 4 }]', 1
