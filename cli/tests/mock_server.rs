@@ -361,6 +361,42 @@ async fn malformed_requests_get_400_in_each_shape() {
     assert_eq!(response.status(), 400);
 }
 
+/// A body that is JSON but not an object was read as the struct's fields
+/// in order ("[0]: invalid type: integer `1`, expected a string"); another
+/// method got axum's bare 405, a body over the size limit its plain-text 413.
+#[tokio::test]
+async fn odd_bodies_methods_and_sizes_are_answered_in_each_shape() {
+    let config = format!("{}\n[anthropic]\nshape = \"anthropic\"\n{LATENCY}", openai_config(""));
+    let server = MockServer::start("odd-bodies", &config);
+    let client = reqwest::Client::new();
+    for (path, body) in [("/v1/chat/completions", "[1, 2]"), ("/v1/messages", "\"hi\""), ("/v1/messages", " [1")] {
+        let response = client.post(server.url(path)).body(body).send().await.unwrap();
+        assert_eq!(response.status(), 400, "{path} {body}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+        assert_eq!(body["error"]["message"], "the request body must be a JSON object");
+    }
+
+    let response = client.get(server.url("/v1/chat/completions")).send().await.unwrap();
+    assert_eq!(response.status(), 405);
+    assert_eq!(header(&response, "allow"), "POST");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "method_not_allowed");
+    let response = client.put(server.url("/v1/messages")).send().await.unwrap();
+    assert_eq!(response.status(), 405);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!((body["type"].as_str(), body["error"]["type"].as_str()), (Some("error"), Some("invalid_request_error")));
+
+    // Over the 64 MiB the server reads.
+    let mut huge = br#"{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": ""#.to_vec();
+    huge.resize(huge.len() + (65 << 20), b'a');
+    huge.extend_from_slice(br#""}]}"#);
+    let response = client.post(server.url("/v1/messages")).body(huge).send().await.unwrap();
+    assert_eq!(response.status(), 413);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "request_too_large");
+}
+
 #[tokio::test]
 async fn billing_and_overload_refusals_keep_their_kinds() {
     let config = format!(

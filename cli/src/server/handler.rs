@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+use axum::http::header::{ALLOW, CONTENT_TYPE};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -21,14 +22,58 @@ use super::reply::Reply;
 use super::request;
 use crate::provider::{error_body, ApiShape, Rejected, RejectionKind};
 
+/// A request body, or why it could not be read (over the size limit, cut
+/// short), which is answered in the provider's shape rather than axum's
+/// plain text.
+type BodyOrError = Result<Bytes, BytesRejection>;
+
 /// `POST /v1/chat/completions`.
-pub(crate) async fn openai(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    chat(&app, ApiShape::Openai, &headers, &body).await
+pub(crate) async fn openai(State(app): State<Arc<App>>, headers: HeaderMap, body: BodyOrError) -> Response {
+    match body {
+        Ok(body) => chat(&app, ApiShape::Openai, &headers, &body).await,
+        Err(rejection) => unreadable_body(ApiShape::Openai, &rejection),
+    }
 }
 
 /// `POST /v1/messages`.
-pub(crate) async fn anthropic(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    chat(&app, ApiShape::Anthropic, &headers, &body).await
+pub(crate) async fn anthropic(State(app): State<Arc<App>>, headers: HeaderMap, body: BodyOrError) -> Response {
+    match body {
+        Ok(body) => chat(&app, ApiShape::Anthropic, &headers, &body).await,
+        Err(rejection) => unreadable_body(ApiShape::Anthropic, &rejection),
+    }
+}
+
+/// Another method on an endpoint's path: 405 in that endpoint's shape,
+/// with `Allow: POST`.
+pub(crate) async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+    let shape = if uri.path() == "/v1/messages" { ApiShape::Anthropic } else { ApiShape::Openai };
+    let message = format!("Method {method} is not allowed on {}; use POST", uri.path());
+    let body = match shape {
+        ApiShape::Openai => {
+            json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": "method_not_allowed"}})
+        }
+        ApiShape::Anthropic => json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}}),
+    };
+    let mut response = json_response(StatusCode::METHOD_NOT_ALLOWED, body.to_string());
+    response.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"));
+    response
+}
+
+/// A body that could not be read: Anthropic's `request_too_large` (413) for
+/// one over the size limit, else a 400 `invalid_request_error`.
+fn unreadable_body(shape: ApiShape, rejection: &BytesRejection) -> Response {
+    let status = rejection.status();
+    if status != StatusCode::PAYLOAD_TOO_LARGE {
+        return bad_request(shape, &format!("the request body could not be read: {}", rejection.body_text()));
+    }
+    let message = "Request exceeds the maximum allowed number of bytes.";
+    let body = match shape {
+        ApiShape::Openai => {
+            json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": "request_too_large"}})
+        }
+        ApiShape::Anthropic => json!({"type": "error", "error": {"type": "request_too_large", "message": message}}),
+    };
+    json_response(status, body.to_string())
 }
 
 /// Any other path: 404, in Anthropic's shape if the request looks like an

@@ -47,6 +47,7 @@ fn router(app: App) -> Router {
         .route("/v1/chat/completions", post(handler::openai))
         .route("/v1/messages", post(handler::anthropic))
         .fallback(handler::fallback)
+        .method_not_allowed_fallback(handler::method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(Arc::new(app))
 }

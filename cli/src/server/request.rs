@@ -141,6 +141,12 @@ pub(crate) fn input_tokens(prompt_chars: u64) -> u64 {
 /// JSON into `T`; the error names the field at fault, as the providers'
 /// validation messages do.
 fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    // serde would read an array as the struct's fields in order, and name
+    // "[0]" as the field at fault.
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first.is_some_and(|&b| b != b'{') {
+        return Err("the request body must be a JSON object".to_owned());
+    }
     let mut de = serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
