@@ -78,10 +78,21 @@ enum Command {
         /// Draw once and exit (otherwise redraw every `--every`).
         #[arg(long)]
         once: bool,
-        /// How often to redraw.
-        #[arg(long, default_value = "1s")]
+        /// How often to redraw (longer than zero).
+        #[arg(long, default_value = "1s", value_parser = redraw_period)]
         every: humantime::Duration,
     },
+}
+
+/// `top --every`: a duration longer than zero, or `top` would read its
+/// source in a busy loop.
+fn redraw_period(text: &str) -> Result<humantime::Duration, String> {
+    let period: humantime::Duration =
+        text.parse().map_err(|e| format!("not a duration ({e}); write e.g. 1s, 500ms"))?;
+    if period.is_zero() {
+        return Err("must be longer than zero".to_owned());
+    }
+    Ok(period)
 }
 
 fn run(command: Command) -> Result<(), CliError> {
@@ -109,19 +120,14 @@ fn run(command: Command) -> Result<(), CliError> {
             }
         }
         Command::MockServer { config, port, host } => server::serve(&config, &host, port)?,
-        Command::Top { source, once, every } => loop {
-            let frame = top::render(&top::fetch(&source)?)?;
-            if once {
-                emit(&frame)?;
-                break;
-            }
-            // Clear the screen and home the cursor, then draw; stop once
-            // nobody reads the frames any more.
-            if !emit(&format!("\x1b[2J\x1b[H{frame}"))? {
-                break;
-            }
-            std::thread::sleep(every.into());
-        },
+        Command::Top { source, once: true, .. } => {
+            emit(&top::render(&top::fetch(&source)?)?)?;
+        }
+        // Clear the screen and home the cursor, then draw; stop once nobody
+        // reads the frames any more.
+        Command::Top { source, once: false, every } => {
+            top::watch(&source, |frame| emit(&format!("\x1b[2J\x1b[H{frame}")), || std::thread::sleep(every.into()))?
+        }
     }
     Ok(())
 }

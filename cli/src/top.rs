@@ -98,8 +98,10 @@ pub fn fetch(source: &str) -> Result<String, CliError> {
 /// Draws the state in `json` as text: the counters, the refusals, a row per
 /// scope and limit, and the queues.
 pub fn render(json: &str) -> Result<String, CliError> {
-    let exposed: Exposed = serde_json::from_str(json)
-        .map_err(|e| CliError::field("snapshot", truncate(json), format!("not a governor snapshot: {e}")))?;
+    let exposed: Exposed = serde_json::from_str(json).map_err(|e| {
+        let reason = format!("not a governor snapshot: {}", why_not(json).unwrap_or_else(|| e.to_string()));
+        CliError::field("snapshot", truncate(json.trim()), reason)
+    })?;
     let (snapshot, queues, refusals, amplification) = match exposed {
         Exposed::Metrics { snapshot, queues, refusals, retry_amplification } => {
             (snapshot, Some(queues), refusals, retry_amplification)
@@ -124,6 +126,55 @@ pub fn render(json: &str) -> Result<String, CliError> {
         out += &queues_line(&queues);
     }
     Ok(out)
+}
+
+/// Why JSON that is not either shape is not: serde's untagged enums say
+/// only "did not match any variant", so the shape it looks like (metrics if
+/// it has a `snapshot` key, else a bare snapshot) is read again for its
+/// error, with the path of the field at fault.
+fn why_not(json: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(json).ok()?;
+    let error = if value.get("snapshot").is_some() {
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct MetricsShape {
+            snapshot: Snapshot,
+            queues: Queues,
+        }
+        serde_path_to_error::deserialize::<_, MetricsShape>(value).err()?
+    } else {
+        serde_path_to_error::deserialize::<_, Snapshot>(value).err()?
+    };
+    Some(match error.path().to_string().as_str() {
+        "." => error.inner().to_string(),
+        path => format!("{path}: {}", error.inner()),
+    })
+}
+
+/// Draws `source` through `draw` until `draw` says nobody reads any more,
+/// calling `wait` between frames. The first read must succeed (a source
+/// that never worked is a mistake to report); after that a failed read (the
+/// application restarting, a half-written file) is drawn as an error line
+/// above the last good frame, and reading goes on.
+pub fn watch(
+    source: &str,
+    mut draw: impl FnMut(&str) -> Result<bool, CliError>,
+    mut wait: impl FnMut(),
+) -> Result<(), CliError> {
+    let read = || fetch(source).and_then(|json| render(&json));
+    let mut last_good = read()?;
+    let mut frame = last_good.clone();
+    while draw(&frame)? {
+        wait();
+        frame = match read() {
+            Ok(fresh) => {
+                last_good = fresh;
+                last_good.clone()
+            }
+            Err(e) => format!("llmgov top: {e}; showing the last state read\n{last_good}"),
+        };
+    }
+    Ok(())
 }
 
 /// Refusals by dimension on each side of the gateway, and retry amplification.

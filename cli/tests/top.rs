@@ -99,3 +99,64 @@ fn a_source_that_is_not_a_snapshot_is_a_clear_error() {
     let missing = top("/nonexistent/llmgov.json");
     assert!(String::from_utf8(missing.stderr).unwrap().contains("could not read it"));
 }
+
+/// `--every 0s` was taken, and `top` read its source in a busy loop.
+#[test]
+fn a_redraw_period_of_zero_is_refused_naming_the_flag() {
+    let path = std::env::temp_dir().join(format!("llmgov-top-every-{}.json", std::process::id()));
+    std::fs::write(&path, exposed()).unwrap();
+    let output =
+        Command::new(env!("CARGO_BIN_EXE_llmgov")).args(["top", path.to_str().unwrap(), "--every", "0s"]).output();
+    let _ = std::fs::remove_file(&path);
+    let output = output.unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("'0s'") && stderr.contains("--every") && stderr.contains("longer than zero"), "{stderr}");
+}
+
+/// JSON of neither shape said only "data did not match any variant of
+/// untagged enum Exposed".
+#[test]
+fn json_that_is_not_a_snapshot_says_which_field_is_wrong() {
+    let err = llmgov_cli::top::render("{}\n").unwrap_err().to_string();
+    assert_eq!(err, "`snapshot` = `{}`: not a governor snapshot: missing field `now_ms`");
+    let mut metrics: serde_json::Value = serde_json::from_str(&exposed()).unwrap();
+    metrics["snapshot"]["scopes"][0]["limits"][0]["in_use"] = json!("lots");
+    let err = llmgov_cli::top::render(&metrics.to_string()).unwrap_err().to_string();
+    assert!(err.contains("snapshot.scopes[0].limits[0].in_use: invalid type: string \"lots\""), "{err}");
+}
+
+/// A live `top` ended at the first failed read: an application restarting,
+/// or a file caught half-written, closed the view.
+#[test]
+fn a_live_view_outlives_a_failed_read_and_recovers() {
+    let path = std::env::temp_dir().join(format!("llmgov-top-live-{}.json", std::process::id()));
+    let source = path.to_str().unwrap().to_owned();
+    let good = exposed();
+    std::fs::write(&path, &good).unwrap();
+    let mut frames = Vec::new();
+    let mut waits = 0;
+    let result = llmgov_cli::top::watch(
+        &source,
+        |frame| {
+            frames.push(frame.to_owned());
+            Ok(frames.len() < 3)
+        },
+        || {
+            waits += 1;
+            let next = if waits == 1 { "{\"half\": " } else { good.as_str() };
+            std::fs::write(&path, next).unwrap();
+        },
+    );
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(frames.len(), 3);
+    assert!(frames[0].starts_with("llmgov top  t="), "{}", frames[0]);
+    assert!(frames[1].starts_with("llmgov top: `snapshot` = `{\"half\":`: not a governor snapshot"), "{}", frames[1]);
+    assert!(frames[1].ends_with(&frames[0]), "the last good state is drawn under the error");
+    assert_eq!(frames[2], frames[0]);
+    // A source that never worked is still an error at once.
+    std::fs::write(&path, "garbage").unwrap();
+    let never = llmgov_cli::top::watch(&source, |_| Ok(true), || {});
+    assert!(never.unwrap_err().to_string().contains("not a governor snapshot"));
+    std::fs::remove_file(&path).unwrap();
+}
