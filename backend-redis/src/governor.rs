@@ -24,7 +24,10 @@ const DEFAULT_PERMIT_TTL: Duration = Duration::from_secs(600);
 /// Redis; see the crate docs.
 pub struct RedisGovernor {
     inner: Arc<Inner>,
-    _heartbeat: Option<Heartbeat>,
+    /// The background keeper, if any scope needs one; restarted in a forked child.
+    keeper: Mutex<Option<Heartbeat>>,
+    /// The fork generation this governor last ran in (see [`crate::fork`]).
+    generation: AtomicU64,
 }
 
 /// Where a request's scopes are enforced; resolve once, reuse.
@@ -73,7 +76,8 @@ pub(crate) struct Inner {
     fallback: Governor,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) store: Store,
-    pub(crate) process_id: String,
+    /// Random id of this process's slots and leases (a new one after fork).
+    process_id: Mutex<Arc<str>>,
     next_slot: AtomicU64,
     permit_ttl_ns: u64,
     /// The state epoch each shared scope had when this process last saw it.
@@ -132,7 +136,7 @@ impl RedisGovernor {
             fallback: Governor::with_clock(&shared::fallback_config(&config, &settings), clock.clone())?,
             clock,
             store,
-            process_id: format!("{:016x}", rand::random::<u64>()),
+            process_id: Mutex::new(random_id()),
             next_slot: AtomicU64::new(0),
             permit_ttl_ns,
             epochs: scopes.iter().map(|_| Mutex::new(None)).collect(),
@@ -144,9 +148,30 @@ impl RedisGovernor {
             scopes,
             settings,
         });
-        let needs_keeper = inner.scopes.iter().any(|s| s.has_slots() || s.mode == Mode::Leased);
-        let heartbeat = needs_keeper.then(|| Heartbeat::start(inner.clone()));
-        Ok(RedisGovernor { inner, _heartbeat: heartbeat })
+        crate::fork::watch();
+        let generation = AtomicU64::new(crate::fork::generation());
+        let keeper = Mutex::new(inner.start_keeper());
+        Ok(RedisGovernor { inner, keeper, generation })
+    }
+
+    /// In a process forked since this governor last ran: lets go of what
+    /// belongs to the parent (connections, ids, leases, slots, what the
+    /// outage owes) and starts a keeper thread of this process's own.
+    fn adopt_if_forked(&self) {
+        let now = crate::fork::generation();
+        if self.generation.load(Ordering::Acquire) == now {
+            return;
+        }
+        let mut keeper = self.keeper.lock();
+        if self.generation.load(Ordering::Acquire) == now {
+            return; // another thread of this process adopted it meanwhile
+        }
+        if let Some(parents) = keeper.take() {
+            parents.abandon();
+        }
+        self.inner.leave_to_parent();
+        *keeper = self.inner.start_keeper();
+        self.generation.store(now, Ordering::Release);
     }
 
     /// Resolves request paths (and their configured ancestors) into local
@@ -175,6 +200,7 @@ impl RedisGovernor {
     /// output) on every scope of `route`, or nothing. An estimate the core
     /// refuses (as [`RedisGovernor::settle`] lists) is an `InvalidRequest`.
     pub fn try_acquire(&self, route: &SharedRoute, estimate: Usage) -> Result<SharedPermit> {
+        self.adopt_if_forked();
         self.inner.try_acquire(route, estimate)
     }
 
@@ -184,11 +210,13 @@ impl RedisGovernor {
     /// cached input than input) is an `InvalidRequest` naming the field that
     /// changes nothing: the permit stays pending, to be settled or cancelled.
     pub fn settle(&self, permit: &mut SharedPermit, actual: Usage) -> Result<()> {
+        self.adopt_if_forked();
         self.inner.reconcile(permit, Some(actual))
     }
 
     /// Gives the whole reservation back (the request was never sent).
     pub fn cancel(&self, permit: &mut SharedPermit) -> Result<()> {
+        self.adopt_if_forked();
         self.inner.reconcile(permit, None)
     }
 
@@ -210,19 +238,27 @@ impl RedisGovernor {
     /// Refreshes every concurrency slot this process holds now (the
     /// background heartbeat calls this every third of `slot_ttl`).
     pub fn heartbeat(&self) {
+        self.adopt_if_forked();
         self.inner.heartbeat();
     }
 
     /// Gives every lease's unused part back to Redis now (also done on drop).
     pub fn return_leases(&self) {
+        self.adopt_if_forked();
         self.inner.return_leases(u64::MAX);
     }
 }
 
 impl Drop for RedisGovernor {
     fn drop(&mut self) {
+        // A forked child never returns (nor joins the keeper of) its parent.
+        self.adopt_if_forked();
         self.inner.return_leases(u64::MAX);
     }
+}
+
+fn random_id() -> Arc<str> {
+    format!("{:016x}", rand::random::<u64>()).into()
 }
 
 /// A serde error in the `[redis]` section, naming the field and the value
@@ -365,7 +401,7 @@ impl Inner {
         }
         let slot = scope
             .has_slots()
-            .then(|| format!("{}:{}", self.process_id, self.next_slot.fetch_add(1, Ordering::Relaxed)));
+            .then(|| format!("{}:{}", self.process_id(), self.next_slot.fetch_add(1, Ordering::Relaxed)));
         let seen = self.epochs[i].lock().clone();
         let fresh = format!("{:016x}", rand::random::<u64>());
         let ask = Ask {
@@ -508,6 +544,27 @@ impl Inner {
 }
 
 impl Inner {
+    pub(crate) fn process_id(&self) -> Arc<str> {
+        self.process_id.lock().clone()
+    }
+
+    /// The keeper thread, if a scope holds slots or leases.
+    fn start_keeper(self: &Arc<Self>) -> Option<Heartbeat> {
+        let needed = self.scopes.iter().any(|s| s.has_slots() || s.mode == Mode::Leased);
+        needed.then(|| Heartbeat::start(self.clone()))
+    }
+
+    /// In a forked child: what the parent holds stays the parent's.
+    fn leave_to_parent(&self) {
+        self.store.leave_idle_to_parent();
+        *self.process_id.lock() = random_id();
+        for (i, lease) in self.leases.iter().enumerate() {
+            self.held[i].lock().clear();
+            lease.leave_to_parent();
+            self.outage.take(i);
+        }
+    }
+
     /// How often the background keeper runs: a third of the shorter TTL.
     pub(crate) fn keeper_period(&self) -> Duration {
         self.settings.slot_ttl.min(self.settings.lease_ttl) / 3

@@ -34,6 +34,14 @@ impl Heartbeat {
     }
 }
 
+impl Heartbeat {
+    /// In a forked child: the thread stayed in the parent, so its handle
+    /// is let go of without a join (which would panic) or a stop.
+    pub fn abandon(self) {
+        std::mem::forget(self);
+    }
+}
+
 impl Drop for Heartbeat {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);

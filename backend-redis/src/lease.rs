@@ -115,6 +115,16 @@ impl LocalLease {
         Returned { give_back, used }
     }
 
+    /// In a forked child: the lease is the parent's, who serves and returns
+    /// it; this process starts with none.
+    pub fn leave_to_parent(&self) {
+        self.take_all();
+        for recent in self.recent.iter() {
+            recent.store(0, Ordering::Relaxed);
+        }
+        *self.token.lock() = None;
+    }
+
     /// Keeps the demand of a lease given back unasked, for the next one.
     pub fn remember_demand(&self, used: &[u64]) {
         for (recent, &u) in self.recent.iter().zip(used) {

@@ -64,6 +64,7 @@ impl Inner {
         let returned_epoch = lease.epoch.lock().clone();
         let returned_token = lease.token.lock().clone();
         let token = format!("{:016x}", rand::random::<u64>());
+        let process_id = self.process_id();
         let seen = self.epochs[i].lock().clone();
         let fresh = format!("{:016x}", rand::random::<u64>());
         let ttl = self.settings.lease_ttl;
@@ -71,7 +72,7 @@ impl Inner {
             seen_epoch: seen.as_deref(),
             fresh_epoch: &fresh,
             safe_share: self.settings.safe_share(),
-            lease_id: &self.process_id,
+            lease_id: &process_id,
             ttl_us: ttl.as_micros() as u64,
             returned_epoch: returned_epoch.as_deref(),
             returned_token: returned_token.as_deref(),

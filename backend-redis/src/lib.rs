@@ -61,6 +61,7 @@
 #![warn(missing_docs)]
 
 mod errors;
+mod fork;
 mod governor;
 mod health;
 mod heartbeat;

@@ -159,6 +159,14 @@ impl Store {
         self.idle.lock().clear();
     }
 
+    /// In a forked child: the pooled sockets are the parent's too. They are
+    /// leaked, not closed, so nothing (a TLS goodbye) is written to them.
+    pub fn leave_idle_to_parent(&self) {
+        for connection in self.idle.lock().drain(..) {
+            std::mem::forget(connection);
+        }
+    }
+
     /// Reserves the ask's costs on `scope`, all or nothing.
     pub fn acquire(&self, scope: &SharedScope, ask: &Ask<'_>) -> RedisResult<Admission> {
         let mut call = self.acquire.key(&scope.state_key);

@@ -10,7 +10,10 @@ one Redis and one global limit:
 - a worker killed with SIGKILL holding a lease over-admits at most that
   lease (limit ÷ expected_processes), and its share returns within the lease
   TTL; one killed holding every concurrency slot has them back within the
-  slot TTL.
+  slot TTL;
+- a worker that forks after using its governor (gunicorn ``--preload``,
+  Celery's prefork pool): parent and child hold a slot each, the child keeps
+  its own alive, returns no lease of its parent's, and exits cleanly.
 
 Needs ``LLMGOV_REDIS_URL`` (``make test-redis-python`` starts a server);
 skipped without it."""
@@ -22,7 +25,8 @@ import signal
 import subprocess
 import sys
 import time
-from typing import List
+from pathlib import Path
+from typing import Dict, List
 
 PROCESSES = 8
 EXACT_LIMIT = 300
@@ -51,6 +55,7 @@ TIMEOUT = "2s"
 def config(url: str, prefix: str, role: str) -> str:
     """The shared scope each worker role governs; a daily window refills
     nothing over the test, so the count admitted is the bucket."""
+    role = {"fork-slots": "slots", "fork-lease": "crash"}.get(role, role)
     if role == "slots":
         limits = f'{{ dimension = "concurrency", amount = {SLOTS} }}'
         redis = f'expected_processes = 2\nslot_ttl = "{SLOT_TTL_S}s"'
@@ -97,6 +102,37 @@ def drain(gov, attempts: int) -> int:  # type: ignore[no-untyped-def]
     return admitted
 
 
+def forking_worker(role: str, gov) -> None:  # type: ignore[no-untyped-def]
+    """Uses the governor, forks, and reports from both sides on stdout. The
+    child ends as a process does (its governor dropped on the way out), its
+    stderr in the file CHILD_STDERR names."""
+    if role == "fork-slots":
+        gov.try_acquire(ROUTE, input_tokens=1).settle()  # a pooled connection, a slot id used
+    else:
+        assert drain(gov, CRASH_USED) == CRASH_USED  # leases 1, 2, 4, 8 then 16 of which 11 unused
+    child = os.fork()
+    if child == 0:
+        with open(os.environ["CHILD_STDERR"], "w") as stderr:
+            os.dup2(stderr.fileno(), 2)
+        if role == "fork-slots":
+            held = gov.try_acquire(ROUTE, input_tokens=1)
+            print("child_held=1", flush=True)
+            sys.stdin.readline()  # until the test has looked, past the slot TTL
+            held.cancel()
+        return  # the governor is dropped here: it must not return its parent's lease
+    if role == "fork-slots":
+        mine = gov.try_acquire(ROUTE, input_tokens=1)
+        print("parent_held=1", flush=True)
+        _, status = os.waitpid(child, 0)
+        mine.cancel()
+    else:
+        _, status = os.waitpid(child, 0)
+        admitted = CRASH_USED + drain(gov, 2 * CRASH_LIMIT)
+        gov.return_leases()
+        print(f"admitted={admitted}", flush=True)
+    print(f"child_status={status}", flush=True)
+
+
 def worker(role: str) -> None:
     """A worker process: builds its governor, says `ready`, waits for `go`
     on stdin, then runs its role and prints what it admitted."""
@@ -105,6 +141,9 @@ def worker(role: str) -> None:
     gov = RedisGovernor.from_toml(config(os.environ["LLMGOV_REDIS_URL"], os.environ["PREFIX"], role))
     print("ready", flush=True)
     sys.stdin.readline()
+    if role.startswith("fork-"):
+        forking_worker(role, gov)
+        return
     if role in ATTEMPTS:
         admitted = drain(gov, ATTEMPTS[role])
         health = gov.health()
@@ -258,3 +297,75 @@ def test_a_killed_python_process_gives_its_concurrency_slots_back_within_the_ttl
         except llmgov.RateLimited:
             assert time.monotonic() < deadline, "the killed worker's slots did not come back"
             time.sleep(0.1)
+
+
+def spawn_forking(role: str, url: str, prefix: str, stderr: Path) -> subprocess.Popen:  # type: ignore[type-arg]
+    os.environ["CHILD_STDERR"] = str(stderr)
+    try:
+        return spawn(role, url, prefix)
+    finally:
+        del os.environ["CHILD_STDERR"]
+
+
+def values(process: subprocess.Popen, keys: List[str]) -> Dict[str, str]:  # type: ignore[type-arg]
+    """Reads lines until every `key=` was printed, in whatever order."""
+    assert process.stdout is not None
+    found: Dict[str, str] = {}
+    for line in process.stdout:
+        key, _, rest = line.strip().partition("=")
+        if key in keys:
+            found[key] = rest
+            if len(found) == len(keys):
+                return found
+    process.wait(timeout=30)
+    pytest.fail(f"worker exited ({process.returncode}) with only {found}")
+
+
+def test_a_forked_child_takes_slots_of_its_own_and_keeps_them_alive(tmp_path: Path) -> None:
+    """Before: parent and child took one slot id for two requests in flight
+    (3 more admitted of 4, not 2), and the child panicked at exit (joining a
+    keeper thread that stayed in the parent)."""
+    import llmgov
+    from llmgov.redis import RedisGovernor
+
+    url, prefix, stderr = redis_url(), fresh_prefix("fork-slots"), tmp_path / "child.stderr"
+    worker = spawn_forking("fork-slots", url, prefix, stderr)
+    release([worker])
+    assert values(worker, ["child_held", "parent_held"]) == {"child_held": "1", "parent_held": "1"}
+    gov = RedisGovernor.from_toml(config(url, prefix, "slots"))
+
+    def free_slots() -> int:
+        taken = []
+        try:
+            while len(taken) < SLOTS:
+                taken.append(gov.try_acquire(ROUTE, input_tokens=1))
+        except llmgov.RateLimited as full:
+            assert full.dimension == "concurrency", full
+        for permit in taken:
+            permit.cancel()
+        return len(taken)
+
+    assert free_slots() == SLOTS - 2, "parent and child hold one slot each"
+    time.sleep(1.5 * SLOT_TTL_S)  # past the TTL of the child's slot, had nobody refreshed it
+    assert free_slots() == SLOTS - 2, "the child's own keeper keeps its slot alive"
+    release([worker])  # the child lets go and ends
+    assert values(worker, ["child_status"]) == {"child_status": "0"}
+    assert worker.wait(timeout=30) == 0
+    assert "panicked" not in stderr.read_text(), stderr.read_text()
+
+
+def test_a_forked_child_returns_no_lease_of_its_parents(tmp_path: Path) -> None:
+    """Before: the child's exit gave back the parent's lease (11 unused),
+    which the parent went on serving: 111 admitted of 100."""
+    from llmgov.redis import RedisGovernor
+
+    url, prefix, stderr = redis_url(), fresh_prefix("fork-lease"), tmp_path / "child.stderr"
+    worker = spawn_forking("fork-lease", url, prefix, stderr)
+    release([worker])
+    reported = values(worker, ["admitted", "child_status"])
+    assert reported["child_status"] == "0"
+    assert worker.wait(timeout=30) == 0
+    assert "panicked" not in stderr.read_text(), stderr.read_text()
+    rest = drain(RedisGovernor.from_toml(config(url, prefix, "crash")), 2 * CRASH_LIMIT)
+    admitted = int(reported["admitted"])
+    assert admitted + rest <= CRASH_LIMIT, f"the parent's lease was given back twice: {admitted} + {rest}"
