@@ -33,6 +33,8 @@ pub struct RedisGovernor {
 /// Where a request's scopes are enforced; resolve once, reuse.
 #[derive(Debug, Clone)]
 pub struct SharedRoute {
+    /// The governor that resolved it: its shared scopes are indices there.
+    owner: u64,
     local: Option<Route>,
     fallback: Option<Route>,
     shared: Box<[usize]>,
@@ -41,6 +43,8 @@ pub struct SharedRoute {
 /// A granted reservation: settle or cancel it once.
 #[derive(Debug)]
 pub struct SharedPermit {
+    /// The governor that granted it.
+    owner: u64,
     local: Option<Permit>,
     fallback: Option<Permit>,
     /// With `fallback`: the shared scopes it stood in for, and the estimate.
@@ -68,6 +72,8 @@ pub(crate) struct Hold {
 }
 
 pub(crate) struct Inner {
+    /// Random id of this governor, carried by its routes and permits.
+    owner: u64,
     pub(crate) settings: Settings,
     pub(crate) scopes: Vec<SharedScope>,
     index: HashMap<String, usize>,
@@ -131,6 +137,7 @@ impl RedisGovernor {
         };
         let store = Store::new(client(&settings)?, settings.timeout);
         let inner = Arc::new(Inner {
+            owner: rand::random(),
             catalog: Ledger::new(&config)?,
             local: Governor::with_clock(&shared::local_config(&config, &settings), clock.clone())?,
             fallback: Governor::with_clock(&shared::fallback_config(&config, &settings), clock.clone())?,
@@ -190,6 +197,7 @@ impl RedisGovernor {
         }
         let shared_paths: Vec<&str> = shared.iter().map(|&i| &*inner.scopes[i].path).collect();
         Ok(SharedRoute {
+            owner: inner.owner,
             local: (!local.is_empty()).then(|| inner.local.route(&local)).transpose()?,
             fallback: (!shared.is_empty()).then(|| inner.fallback.route(&shared_paths)).transpose()?,
             shared: shared.into(),
@@ -307,6 +315,7 @@ fn request(route: Route, estimate: Usage) -> Request {
 
 impl Inner {
     fn try_acquire(&self, route: &SharedRoute, estimate: Usage) -> Result<SharedPermit> {
+        self.check_owner("route", route.owner)?;
         // The local engine checks its part; the shared scopes' costs are summed here.
         estimate.validate()?;
         self.check_fits(route, &estimate)?;
@@ -314,7 +323,14 @@ impl Inner {
             Some(r) => Some(self.local.try_acquire(&request(r, estimate)).map_err(Error::from_core)?),
             None => None,
         };
-        let mut permit = SharedPermit { local, fallback: None, outage: None, holds: Vec::new(), reconciled: false };
+        let mut permit = SharedPermit {
+            owner: self.owner,
+            local,
+            fallback: None,
+            outage: None,
+            holds: Vec::new(),
+            reconciled: false,
+        };
         let Some(fallback_route) = route.fallback else { return Ok(permit) };
         let now = self.clock.now();
         if self.health.redis_usable(now, self.settings.retry_interval) {
@@ -351,6 +367,16 @@ impl Inner {
                 Err(Error::from_core(e))
             }
         }
+    }
+
+    /// A route or permit of another governor names scopes by its indices:
+    /// refused, as the core refuses another governor's.
+    fn check_owner(&self, field: &'static str, owner: u64) -> Result<()> {
+        if owner == self.owner {
+            return Ok(());
+        }
+        let reason = format!("this {field} belongs to another RedisGovernor");
+        Err(llmgov::Error::InvalidRequest { field, value: format!("{owner:016x}"), reason }.into())
     }
 
     fn check_fits(&self, route: &SharedRoute, estimate: &Usage) -> Result<()> {
@@ -435,6 +461,7 @@ impl Inner {
 
     /// Settles (`Some(actual)`) or cancels (`None`) every part of a permit.
     fn reconcile(&self, permit: &mut SharedPermit, actual: Option<Usage>) -> Result<()> {
+        self.check_owner("permit", permit.owner)?;
         if permit.reconciled {
             return Err(Error::AlreadyReconciled);
         }

@@ -137,6 +137,20 @@ def test_bad_redis_values_name_the_field_and_the_value(tmp_path: Path) -> None:
         assert (ca.value.field, ca.value.value) == ("redis.tls_ca_file", str(not_pem))
 
 
+def test_a_route_of_another_governor_is_invalid_request() -> None:
+    """Its shared scopes went by index into the other governor's: a
+    PanicException past the end of them, or another scope's bucket."""
+    two = config(closed_port_url(), "p").replace(
+        '[redis.scopes."p/shared"]', '[scopes."p/other"]\nlimits = [{ dimension = "requests", amount = 5, window = "1m" }]\n'
+        '[redis.scopes."p/other"]\nmode = "exact"\n[redis.scopes."p/shared"]'
+    )
+    owner = RedisGovernor.from_toml(two, clock="manual")
+    other = RedisGovernor.from_toml(config(closed_port_url(), "p"), clock="manual")
+    with pytest.raises(llmgov.InvalidRequest) as foreign:
+        other.try_acquire(owner.route("p/shared"), input_tokens=1)
+    assert foreign.value.field == "route"
+
+
 def test_leased_scopes_refuse_concurrency_limits_with_the_field() -> None:
     text = config(closed_port_url(), "p", mode="leased").replace(
         'window = "1d" }]', 'window = "1d" }, { dimension = "concurrency", amount = 4 }]', 1
