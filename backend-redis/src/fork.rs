@@ -10,6 +10,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::governor::{random_id, Inner, RedisGovernor};
+
 /// Forks this process has gone through, counted in each child.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
@@ -35,4 +37,44 @@ pub(crate) fn watch() {
 /// How many forks lie between the process that started and this one.
 pub(crate) fn generation() -> u64 {
     GENERATION.load(Ordering::Acquire)
+}
+
+impl RedisGovernor {
+    /// In a process forked since this governor last ran: lets go of what
+    /// belongs to the parent (connections, ids, leases, slots, what the
+    /// outage owes) and starts a keeper thread of this process's own (none
+    /// when `keeper_wanted` is false: the governor is being dropped).
+    pub(crate) fn adopt_if_forked_with(&self, keeper_wanted: bool) {
+        let now = generation();
+        if self.generation.load(Ordering::Acquire) == now {
+            return;
+        }
+        let mut keeper = self.keeper.lock();
+        if self.generation.load(Ordering::Acquire) == now {
+            return; // another thread of this process adopted it meanwhile
+        }
+        if let Some(parents) = keeper.take() {
+            parents.abandon();
+        }
+        self.inner.leave_to_parent();
+        *keeper = if keeper_wanted { self.inner.start_keeper() } else { None };
+        self.generation.store(now, Ordering::Release);
+    }
+
+    pub(crate) fn adopt_if_forked(&self) {
+        self.adopt_if_forked_with(true);
+    }
+}
+
+impl Inner {
+    /// In a forked child: what the parent holds stays the parent's.
+    fn leave_to_parent(&self) {
+        self.store.leave_idle_to_parent();
+        *self.process_id.lock() = random_id();
+        for (i, lease) in self.leases.iter().enumerate() {
+            self.held[i].lock().clear();
+            lease.leave_to_parent();
+            self.outage.take(i);
+        }
+    }
 }

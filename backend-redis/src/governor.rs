@@ -23,11 +23,11 @@ const DEFAULT_PERMIT_TTL: Duration = Duration::from_secs(600);
 /// A governor whose shared scopes are enforced across processes through
 /// Redis; see the crate docs.
 pub struct RedisGovernor {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     /// The background keeper, if any scope needs one; restarted in a forked child.
-    keeper: Mutex<Option<Heartbeat>>,
+    pub(crate) keeper: Mutex<Option<Heartbeat>>,
     /// The fork generation this governor last ran in (see [`crate::fork`]).
-    generation: AtomicU64,
+    pub(crate) generation: AtomicU64,
 }
 
 /// Where a request's scopes are enforced; resolve once, reuse.
@@ -83,7 +83,7 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) store: Store,
     /// Random id of this process's slots and leases (a new one after fork).
-    process_id: Mutex<Arc<str>>,
+    pub(crate) process_id: Mutex<Arc<str>>,
     next_slot: AtomicU64,
     permit_ttl_ns: u64,
     /// The state epoch each shared scope had when this process last saw it.
@@ -93,7 +93,7 @@ pub(crate) struct Inner {
     /// This process's lease per shared scope (used by leased scopes).
     pub(crate) leases: Vec<LocalLease>,
     /// What the safe share admitted while Redis was away, owed to Redis.
-    outage: OutageDebt,
+    pub(crate) outage: OutageDebt,
     pub(crate) health: HealthState,
 }
 
@@ -159,26 +159,6 @@ impl RedisGovernor {
         let generation = AtomicU64::new(crate::fork::generation());
         let keeper = Mutex::new(inner.start_keeper());
         Ok(RedisGovernor { inner, keeper, generation })
-    }
-
-    /// In a process forked since this governor last ran: lets go of what
-    /// belongs to the parent (connections, ids, leases, slots, what the
-    /// outage owes) and starts a keeper thread of this process's own.
-    fn adopt_if_forked(&self) {
-        let now = crate::fork::generation();
-        if self.generation.load(Ordering::Acquire) == now {
-            return;
-        }
-        let mut keeper = self.keeper.lock();
-        if self.generation.load(Ordering::Acquire) == now {
-            return; // another thread of this process adopted it meanwhile
-        }
-        if let Some(parents) = keeper.take() {
-            parents.abandon();
-        }
-        self.inner.leave_to_parent();
-        *keeper = self.inner.start_keeper();
-        self.generation.store(now, Ordering::Release);
     }
 
     /// Resolves request paths (and their configured ancestors) into local
@@ -260,12 +240,12 @@ impl RedisGovernor {
 impl Drop for RedisGovernor {
     fn drop(&mut self) {
         // A forked child never returns (nor joins the keeper of) its parent.
-        self.adopt_if_forked();
+        self.adopt_if_forked_with(false);
         self.inner.return_leases(u64::MAX);
     }
 }
 
-fn random_id() -> Arc<str> {
+pub(crate) fn random_id() -> Arc<str> {
     format!("{:016x}", rand::random::<u64>()).into()
 }
 
@@ -576,20 +556,9 @@ impl Inner {
     }
 
     /// The keeper thread, if a scope holds slots or leases.
-    fn start_keeper(self: &Arc<Self>) -> Option<Heartbeat> {
+    pub(crate) fn start_keeper(self: &Arc<Self>) -> Option<Heartbeat> {
         let needed = self.scopes.iter().any(|s| s.has_slots() || s.mode == Mode::Leased);
         needed.then(|| Heartbeat::start(self.clone()))
-    }
-
-    /// In a forked child: what the parent holds stays the parent's.
-    fn leave_to_parent(&self) {
-        self.store.leave_idle_to_parent();
-        *self.process_id.lock() = random_id();
-        for (i, lease) in self.leases.iter().enumerate() {
-            self.held[i].lock().clear();
-            lease.leave_to_parent();
-            self.outage.take(i);
-        }
     }
 
     /// How often the background keeper runs: a third of the shorter TTL.
