@@ -131,3 +131,20 @@ fn a_lease_renewal_run_twice_refunds_once() {
     let total = 32 + after + by_other;
     assert!(total <= LIMIT, "the 31 were refunded twice: {total} admitted of {LIMIT}");
 }
+
+/// Scripts flushed (as by a restart or `SCRIPT FLUSH`) are loaded again at
+/// the NOSCRIPT reply; keys flushed under a live connection restart the
+/// scope at the safe share. Neither is an outage.
+#[test]
+fn flushed_scripts_and_keys_are_no_outage() {
+    let Some(redis) = PrivateRedis::start("flushed_scripts_and_keys", Listen::Plain, &[]) else { return };
+    let (gov, route, _) = governor(&redis.url(), &fresh_prefix("flushed"), "exact");
+    assert_eq!(admit(&gov, &route, 5), 5);
+    let mut admin = redis::Client::open(redis.url()).unwrap().get_connection().unwrap();
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut admin).unwrap();
+    assert_eq!(admit(&gov, &route, 5), 5);
+    let _: () = redis::cmd("FLUSHALL").query(&mut admin).unwrap();
+    assert_eq!(admit(&gov, &route, LIMIT), LIMIT / 2, "restarted at the safe share, not full");
+    no_outage(&gov);
+    assert_eq!(gov.health().state_resets, 1);
+}

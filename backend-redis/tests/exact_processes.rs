@@ -186,3 +186,23 @@ fn a_request_on_two_shared_scopes_holds_both_or_neither() {
     assert!(matches!(gov.try_acquire(&org, Usage::new(1, 0)), Err(Error::RateLimited { .. })));
     gov.cancel(&mut rest).unwrap();
 }
+
+/// A shared refusal after the local part was reserved gives the local part
+/// back: the tenant's budget is whole again.
+#[test]
+fn a_shared_refusal_gives_the_local_reservation_back() {
+    let Some(url) = redis_url("a_shared_refusal_gives_the_local_reservation_back") else { return };
+    let gov =
+        RedisGovernor::from_toml_with_clock(&config(&url, &fresh_prefix("local-back")), Arc::new(ManualClock::new(0)))
+            .unwrap();
+    let route = gov.route(&["tenants/acme", "openai/org/gpt-4o"]).unwrap();
+    let reserved =
+        || -> u64 { gov.local().snapshot().scopes.iter().flat_map(|s| s.limits.iter()).map(|l| l.reserved).sum() };
+    let mut admitted = 0;
+    while let Ok(mut permit) = gov.try_acquire(&route, Usage::new(1, 0)) {
+        gov.settle(&mut permit, Usage::new(1, 0)).unwrap();
+        admitted += 1;
+    }
+    assert_eq!(admitted, LIMIT, "refused by the shared requests limit");
+    assert_eq!(reserved(), 0, "the refused request's tenant reservation was given back");
+}
