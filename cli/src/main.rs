@@ -1,7 +1,7 @@
 //! `llmgov`: demo, simulate, plan, mock-server and top.
 
 use std::io::{ErrorKind, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -100,15 +100,13 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Demo { svg, json } => {
             let report = sim::run(&sim::demo_scenario())?;
             print_report(&report, json)?;
-            sim::write_svg(&report, &svg)?;
-            eprintln!("wrote {}", svg.display());
+            write_plot(&report, &svg)?;
         }
         Command::Simulate { file, json, svg } => {
             let report = sim::simulate_file(&file)?;
             print_report(&report, json)?;
             if let Some(svg) = svg {
-                sim::write_svg(&report, &svg)?;
-                eprintln!("wrote {}", svg.display());
+                write_plot(&report, &svg)?;
             }
         }
         Command::Plan { input, json } => {
@@ -129,6 +127,20 @@ fn run(command: Command) -> Result<(), CliError> {
             top::watch(&source, |frame| emit(&format!("\x1b[2J\x1b[H{frame}")), || std::thread::sleep(every.into()))?
         }
     }
+    Ok(())
+}
+
+/// Writes the plot to the `--svg` path; an error names the flag and path
+/// (plotters' own says only "Drawing backend error: No such file or directory").
+fn write_plot(report: &sim::Report, svg: &Path) -> Result<(), CliError> {
+    sim::write_svg(report, svg).map_err(|e| {
+        let reason = match e {
+            CliError::Plot(why) => format!("could not write the plot: {why}"),
+            other => other.to_string(),
+        };
+        CliError::field("--svg", svg.display(), reason)
+    })?;
+    eprintln!("wrote {}", svg.display());
     Ok(())
 }
 

@@ -128,3 +128,12 @@ fn empty_files_missing_fields_and_out_of_range_integers_name_the_field() {
     let output = simulate("u64-max", &seed_batch_with("amount = 60,", "amount = 18446744073709551615,"));
     assert_refused(&output, &["`amount (line 11)` = `18446744073709551615`"]);
 }
+
+/// The plot's error named neither the flag nor the path: "plot: backend
+/// error: Drawing backend error: No such file or directory (os error 2)".
+#[test]
+fn an_unwritable_plot_path_is_named_with_its_flag() {
+    let scenario = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/tenants_3_to_1.toml");
+    let output = llmgov(&["simulate", scenario.to_str().unwrap(), "--svg", "/nonexistent-dir/plot.svg"]);
+    assert_refused(&output, &["`--svg` = `/nonexistent-dir/plot.svg`: could not write the plot", "No such file"]);
+}
