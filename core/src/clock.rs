@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 /// A monotonic source of nanoseconds since an arbitrary origin.
 pub trait Clock: Send + Sync + std::fmt::Debug {
-    /// Nanoseconds since this clock's origin; never decreases.
+    /// Nanoseconds since this clock's origin; never decreases. The governor
+    /// may call it while holding its waiting queue's lock, so it must not
+    /// call into a governor (that would deadlock).
     fn now(&self) -> u64;
 }
 

@@ -416,7 +416,7 @@ impl Governor {
     /// The waiting queues now: depth, oldest waiter's age, admitted,
     /// expired and refused counts, per traffic class.
     pub fn queue_metrics(&self) -> QueueMetrics {
-        self.waiting.metrics(self.clock.now())
+        self.waiting.metrics(&self.ledger, &*self.clock)
     }
 
     /// Every limit, counter, breaker and queue now, in the Prometheus text

@@ -113,3 +113,45 @@ fn async_waiters_that_time_out_give_back_what_they_were_granted() {
         println!("{admitted} admitted, {timed_out} timed out; queue: {metrics:?}");
     });
 }
+
+/// A settle's poll is skipped when another thread holds the queue lock (it
+/// leaves a flag for that holder instead), so every holder must look at the
+/// flag on unlocking. A metrics scrape used not to: a settle landing during
+/// one was never seen, and on a concurrency limit (no refill to wake the
+/// timer) its waiter waited for ever. Found by an audit; it failed within a
+/// few rounds.
+#[test]
+fn a_settle_racing_a_metrics_scrape_still_wakes_the_waiter() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let config = r#"[scopes."p"]
+        limits = [{ dimension = "concurrency", amount = 1 }]"#;
+    let gov = Arc::new(Governor::from_toml(config).unwrap());
+    let route = gov.route(&["p"]).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let scraper = {
+        let (gov, stop) = (gov.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::black_box(gov.queue_metrics());
+                std::hint::black_box(gov.prometheus());
+            }
+        })
+    };
+    let rounds = gov.clone();
+    within_a_minute(move || {
+        let gov = rounds;
+        for _ in 0..300 {
+            let mut held = gov.try_acquire(&Request::new(route)).unwrap();
+            let waiting = gov.clone();
+            let waiter = std::thread::spawn(move || waiting.acquire_blocking(&Request::new(route), None));
+            while gov.queue_metrics().depth == 0 {
+                std::thread::yield_now();
+            }
+            gov.settle(&mut held, Usage::new(0, 0)).unwrap();
+            gov.settle(&mut waiter.join().unwrap().unwrap(), Usage::new(0, 0)).unwrap();
+        }
+    });
+    stop.store(true, Ordering::Relaxed);
+    scraper.join().unwrap();
+}

@@ -185,8 +185,9 @@ impl Waiting {
         self.queues.poll_now(ledger, clock)
     }
 
-    pub fn metrics(&self, now: u64) -> QueueMetrics {
-        self.queues.state.lock().scheduler.metrics(now)
+    pub fn metrics(&self, ledger: &Ledger, clock: &dyn Clock) -> QueueMetrics {
+        let now = clock.now();
+        self.queues.with_lock(ledger, clock, |state| state.scheduler.metrics(now))
     }
 
     fn start_timer(&self, ledger: &Arc<Ledger>, clock: &Arc<dyn Clock>) {
@@ -220,7 +221,7 @@ impl Queues {
             // A request that waits is not refused: only a refusal that
             // reaches the caller is counted.
             let admitted = if self.ceilings {
-                self.admit_unqueued(ledger, &request, now)
+                self.admit_unqueued(ledger, clock, &request, now)
             } else {
                 ledger.try_acquire_uncounted(&request, now).map(Some)
             };
@@ -241,9 +242,15 @@ impl Queues {
         }
         let deadline = timeout.map(|t| now.saturating_add(crate::time::duration_ns(t)));
         let mut state = self.state.lock();
-        let id = state.scheduler.submit(ledger, request, class_name, deadline, now).inspect_err(|error| {
-            ledger.count_refusal(error);
-        })?;
+        let id = match state.scheduler.submit(ledger, request, class_name, deadline, now) {
+            Ok(id) => id,
+            Err(error) => {
+                drop(state);
+                self.after_poll(ledger, clock);
+                ledger.count_refusal(&error);
+                return Err(error);
+            }
+        };
         let slot = Arc::new(Slot::default());
         state.slots.insert(id, slot.clone());
         let answered = self.poll_locked(&mut state, ledger, now);
@@ -260,12 +267,27 @@ impl Queues {
     /// Admits a request nobody waits before, charging its tenant's
     /// ceiling, under the lock the meters are kept under. `Ok(None)` if it
     /// must wait: for its ceiling, or behind a waiter queued meanwhile.
-    fn admit_unqueued(&self, ledger: &Ledger, request: &Request, now: u64) -> Result<Option<Permit>> {
-        let mut state = self.state.lock();
-        if state.scheduler.depth() > 0 {
-            return Ok(None);
-        }
-        state.scheduler.admit_unqueued(ledger, request, now, &mut |r| ledger.try_acquire_uncounted(r, now))
+    fn admit_unqueued(
+        &self,
+        ledger: &Ledger,
+        clock: &dyn Clock,
+        request: &Request,
+        now: u64,
+    ) -> Result<Option<Permit>> {
+        self.with_lock(ledger, clock, |state| match state.scheduler.depth() {
+            0 => state.scheduler.admit_unqueued(ledger, request, now, &mut |r| ledger.try_acquire_uncounted(r, now)),
+            _ => Ok(None),
+        })
+    }
+
+    /// Runs `f` under the queue lock, then polls if a hook asked meanwhile.
+    /// Every holder of the lock must look on releasing it (see
+    /// [`Self::after_poll`]), or a settle that found it taken goes unseen
+    /// and, on a concurrency limit, its waiter waits for ever.
+    fn with_lock<T>(&self, ledger: &Ledger, clock: &dyn Clock, f: impl FnOnce(&mut State) -> T) -> T {
+        let result = f(&mut self.state.lock());
+        self.after_poll(ledger, clock);
+        result
     }
 
     fn leave(&self, id: WaiterId, slot: &Slot, ledger: &Ledger, clock: &dyn Clock) {
@@ -287,6 +309,7 @@ impl Queues {
             return;
         }
         drop(state);
+        self.after_poll(ledger, clock);
         if let Some(Ok(mut permit)) = slot.take() {
             // Pending and ours: cancelling cannot fail.
             let _ = ledger.cancel(&mut permit, clock.now());
