@@ -137,3 +137,28 @@ fn an_unwritable_plot_path_is_named_with_its_flag() {
     let output = llmgov(&["simulate", scenario.to_str().unwrap(), "--svg", "/nonexistent-dir/plot.svg"]);
     assert_refused(&output, &["`--svg` = `/nonexistent-dir/plot.svg`: could not write the plot", "No such file"]);
 }
+
+/// A factor of 1e300 was reported by the core as
+/// "`scopes.provider.limits[0].amount` = `18446744073709551615`", a field of
+/// a config the user never wrote; 1e-300 ran, labelled with 300 zeros.
+#[test]
+fn a_limits_factor_out_of_range_is_named_in_the_scenario() {
+    for factor in ["1e300", "1e-300"] {
+        let output = simulate(
+            "factor",
+            &seed_batch_with("kind = \"llmgov\"", &format!("kind = \"llmgov\"\nlimits_factor = {factor}")),
+        );
+        assert_refused(&output, &["`strategies[3].limits_factor`", "must be in [0.001, 1000]"]);
+    }
+}
+
+/// Chaos fractions adding up past 1 gave no error and other fractions than
+/// written (0.7 + 0.7: 30% of 529s instead of 70%).
+#[test]
+fn chaos_fractions_adding_up_past_one_are_refused() {
+    let output = simulate(
+        "chaos",
+        &seed_batch_with("\n[workload]", "chaos = { error_500 = 0.7, error_529 = 0.7 }\n\n[workload]"),
+    );
+    assert_refused(&output, &["`provider.chaos` = `1.4`", "at most 1"]);
+}

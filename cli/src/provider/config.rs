@@ -275,6 +275,12 @@ impl ProviderConfig {
                 return Err(CliError::field(format!("{field}.{name}"), p, "must be a probability in [0, 1]"));
             }
         }
+        let chaos = self.chaos.error_429 + self.chaos.error_500 + self.chaos.error_529;
+        if chaos > 1.0 {
+            let reason =
+                "error_429, error_500 and error_529 are fractions of the same requests: they add up to at most 1";
+            return Err(CliError::field(format!("{field}.chaos"), chaos, reason));
+        }
         self.latency.check(&format!("{field}.latency"))?;
         if let Some(f) = self.chaos.tighten_factor {
             if !(f > 0.0 && f <= 1.0) {

@@ -274,6 +274,11 @@ fn optional_duration(field: String, text: &Option<String>) -> Result<Option<u64>
     text.as_deref().map(|t| duration_ns(&field, t)).transpose()
 }
 
+/// How far a client's limits may be set from the provider's (`limits_factor`):
+/// beyond these, its limits exceed what the core holds, or round to nothing.
+const MIN_LIMITS_FACTOR: f64 = 0.001;
+const MAX_LIMITS_FACTOR: f64 = 1000.0;
+
 /// The most requests a scenario may hold, over all its classes: each costs
 /// the simulator a few hundred bytes per strategy, and a million already
 /// takes minutes.
@@ -442,7 +447,11 @@ impl StrategyConfig {
             duration_ns(&at(name), text.as_deref().unwrap_or(default))
         };
         let factor = match self.limits_factor {
-            Some(f) => positive(&at("limits_factor"), f)?,
+            Some(f) if (MIN_LIMITS_FACTOR..=MAX_LIMITS_FACTOR).contains(&f) => f,
+            Some(f) => {
+                let reason = format!("must be in [{MIN_LIMITS_FACTOR}, {MAX_LIMITS_FACTOR}]");
+                return Err(CliError::field(at("limits_factor"), f, reason));
+            }
             None => 1.0,
         };
         let knows_limits = self.knows_limits.unwrap_or(true);
