@@ -441,6 +441,25 @@ fn a_bad_config_stops_the_server_naming_file_field_and_value() {
     assert!(stderr.contains("anthropic.shape") && stderr.contains("openai"), "{stderr}");
 }
 
+/// Answers were unbounded: with `output_tokens.max = 1e12`, one request
+/// with a large `max_tokens` had the server build terabytes of filler text.
+#[test]
+fn an_answer_length_past_a_million_tokens_is_refused_at_load() {
+    let config = write_config(
+        "huge-answers",
+        "[server]\noutput_tokens = { min = 1, max = 1000000000000 }\n[openai]\nshape = \"openai\"\n",
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_llmgov"))
+        .args(["mock-server", "--config"])
+        .arg(&config)
+        .output()
+        .expect("the llmgov binary starts");
+    let _ = std::fs::remove_file(&config);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("`server.output_tokens.max` = `1000000000000`: must be at most 1000000"), "{stderr}");
+}
+
 #[cfg(unix)]
 #[test]
 fn sigterm_stops_the_server_cleanly() {

@@ -68,6 +68,11 @@ impl Default for OutputTokens {
     }
 }
 
+/// The longest answer the model may want, in tokens: far past any real
+/// model's, and a plain answer of that many filler words still fits in a
+/// few megabytes.
+const MAX_ANSWER_TOKENS: u64 = 1_000_000;
+
 impl MockConfig {
     /// Reads and checks the config at `path`; errors name the file, the
     /// field and its value.
@@ -97,6 +102,10 @@ impl MockConfig {
         }
         if max < min {
             return Err(CliError::field("server.output_tokens.max", max, format!("must be at least min ({min})")));
+        }
+        if max > MAX_ANSWER_TOKENS {
+            let reason = format!("must be at most {MAX_ANSWER_TOKENS}: every answer is built in memory");
+            return Err(CliError::field("server.output_tokens.max", max, reason));
         }
         if self.server.default_max_tokens == 0 {
             return Err(CliError::field("server.default_max_tokens", 0, "must be at least 1"));
