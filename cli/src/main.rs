@@ -73,7 +73,7 @@ enum Command {
     /// `snapshot()`, that an application writes to a file or serves over
     /// HTTP.
     Top {
-        /// A file path, or an http:// (or https://) URL serving that JSON.
+        /// A file path, or an http:// URL serving that JSON (https is not read: no TLS).
         source: String,
         /// Draw once and exit (otherwise redraw every `--every`).
         #[arg(long)]

@@ -85,14 +85,37 @@ const BAR: usize = 24;
 
 /// Reads the state from `source`: an `http://` URL or a file.
 pub fn fetch(source: &str) -> Result<String, CliError> {
-    if source.starts_with("http://") || source.starts_with("https://") {
+    if source.starts_with("http://") {
         let response = reqwest::blocking::get(source)
             .and_then(|r| r.error_for_status())
-            .map_err(|e| CliError::field("source", source, format!("could not fetch it: {e}")))?;
-        return response.text().map_err(|e| CliError::field("source", source, format!("could not read it: {e}")));
+            .map_err(|e| CliError::field("source", source, format!("could not fetch it: {}", with_causes(&e))))?;
+        return response
+            .text()
+            .map_err(|e| CliError::field("source", source, format!("could not read it: {}", with_causes(&e))));
+    }
+    if let Some((scheme, _)) = source.split_once("://").filter(|(scheme, _)| !scheme.contains('/')) {
+        // The command is built without TLS: metrics are read from the
+        // application's own machine.
+        let reason = format!("`{scheme}://` is not read; give an http:// URL (no TLS) or a file path");
+        return Err(CliError::field("source", source, reason));
     }
     std::fs::read_to_string(Path::new(source))
         .map_err(|e| CliError::field("source", source, format!("could not read it: {e}")))
+}
+
+/// An error and what caused it: reqwest's own message ("error sending
+/// request for url") leaves out why ("Connection refused").
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        let more = e.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = e.source();
+    }
+    text
 }
 
 /// Draws the state in `json` as text: the counters, the refusals, a row per

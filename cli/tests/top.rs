@@ -160,3 +160,21 @@ fn a_live_view_outlives_a_failed_read_and_recovers() {
     assert!(never.unwrap_err().to_string().contains("not a governor snapshot"));
     std::fs::remove_file(&path).unwrap();
 }
+
+/// A server that is down was reported as "error sending request for url
+/// (...)", without the cause; an https:// URL, which this build (no TLS)
+/// cannot read, failed the same way though `--help` offered it.
+#[test]
+fn a_source_that_is_down_or_https_says_why() {
+    // A port that was just free: nothing listens there.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let down = top(&format!("http://127.0.0.1:{port}/metrics.json"));
+    assert_eq!(down.status.code(), Some(1));
+    let stderr = String::from_utf8(down.stderr).unwrap();
+    assert!(stderr.contains("could not fetch it") && stderr.contains("Connection refused"), "{stderr}");
+
+    let https = top("https://127.0.0.1:9/metrics.json");
+    assert_eq!(https.status.code(), Some(1));
+    let stderr = String::from_utf8(https.stderr).unwrap();
+    assert!(stderr.contains("`https://` is not read; give an http:// URL (no TLS) or a file path"), "{stderr}");
+}
