@@ -98,3 +98,26 @@ fn a_reader_that_goes_away_ends_each_printing_command_quietly() {
     std::fs::remove_file(svg).unwrap();
     std::fs::remove_file(metrics).unwrap();
 }
+
+/// A provider refusing everything for billing serves nobody: Jain's index
+/// is then 0 ÷ 0, and the table said 1.000, "perfectly fair".
+#[test]
+fn a_run_that_serves_nobody_has_no_fairness_index() {
+    let text = std::fs::read_to_string(scenario("seed_batch")).unwrap();
+    let broke = text
+        .replacen(
+            "latency = { ttft_ms = 400, ms_per_output_token = 15 }",
+            "latency = { ttft_ms = 400, ms_per_output_token = 15 }\nchaos = { quota_exhausted = true }",
+            1,
+        )
+        .replacen("requests = 1000", "requests = 5", 1);
+    let path = std::env::temp_dir().join(format!("llmgov-broke-{}.toml", std::process::id()));
+    std::fs::write(&path, broke).unwrap();
+    let table = String::from_utf8(llmgov(&["simulate", path.to_str().unwrap()]).stdout).unwrap();
+    let json = llmgov(&["simulate", path.to_str().unwrap(), "--json"]).stdout;
+    std::fs::remove_file(&path).unwrap();
+    let fixed_sleep = table.lines().find(|l| l.starts_with("fixed sleep")).expect("a fixed sleep row");
+    assert!(fixed_sleep.contains("0.0%") && fixed_sleep.ends_with(" -"), "{fixed_sleep}");
+    let report: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    assert!(report["strategies"].as_array().unwrap().iter().all(|s| s["jain_fairness"].is_null()), "{report}");
+}

@@ -68,8 +68,9 @@ pub struct StrategyReport {
     /// counts them on the token limit, ÷ that limit per minute.
     pub goodput: Option<f64>,
     /// Jain's index of per-tenant served tokens ÷ weight, while every tenant
-    /// still had requests left: 1 is weighted-fair, 1/n is one tenant taking all.
-    pub jain_fairness: f64,
+    /// still had requests left: 1 is weighted-fair, 1/n is one tenant taking all;
+    /// `None` when nobody was served, which is neither.
+    pub jain_fairness: Option<f64>,
     /// Waits per class.
     pub classes: Vec<ClassReport>,
     /// Service per tenant.
@@ -123,14 +124,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// Jain's fairness index: (Σx)² ÷ (n Σx²); 1 when all are equal.
-fn jain(xs: &[f64]) -> f64 {
+/// Jain's fairness index: (Σx)² ÷ (n Σx²); 1 when all are equal, none
+/// when all are 0 (nobody served: 0 ÷ 0).
+fn jain(xs: &[f64]) -> Option<f64> {
     let (sum, squares) = xs.iter().fold((0.0, 0.0), |(s, q), x| (s + x, q + x * x));
-    if squares == 0.0 {
-        1.0
-    } else {
-        sum * sum / (xs.len() as f64 * squares)
-    }
+    (squares > 0.0).then(|| sum * sum / (xs.len() as f64 * squares))
 }
 
 fn classes(run: &Run, jobs: &[Job], checked: &Checked) -> Vec<ClassReport> {
@@ -245,9 +243,10 @@ impl fmt::Display for Report {
         )?;
         for s in &self.strategies {
             let goodput = s.goodput.map_or("-".to_owned(), |g| format!("{:.1}%", g * 100.0));
+            let jain = s.jain_fairness.map_or("-".to_owned(), |j| format!("{j:.3}"));
             writeln!(
                 f,
-                "{:<38} {:>11} {:>7.3} {:>7} {:>7.1}% {:>9.2} {:>8} {:>6.3}",
+                "{:<38} {:>11} {:>7.3} {:>7} {:>7.1}% {:>9.2} {:>8} {:>6}",
                 s.name,
                 fmt_duration(s.makespan_s),
                 s.bound_ratio,
@@ -255,7 +254,7 @@ impl fmt::Display for Report {
                 s.success_rate * 100.0,
                 s.retry_amplification,
                 goodput,
-                s.jain_fairness
+                jain
             )?;
         }
         if let Some(limit) = &self.token_limit {
@@ -293,10 +292,12 @@ mod tests {
 
     #[test]
     fn jain_is_one_when_equal_and_falls_with_skew() {
-        assert_eq!(jain(&[2.0, 2.0]), 1.0);
-        assert!((jain(&[1.0, 0.0]) - 0.5).abs() < 1e-12);
+        assert_eq!(jain(&[2.0, 2.0]), Some(1.0));
+        assert!((jain(&[1.0, 0.0]).unwrap() - 0.5).abs() < 1e-12);
         // Equal service to weights 3 and 1.
-        assert!((jain(&[1.0 / 3.0, 1.0]) - 0.8).abs() < 1e-12);
+        assert!((jain(&[1.0 / 3.0, 1.0]).unwrap() - 0.8).abs() < 1e-12);
+        // Nobody served is not "perfectly fair" (it read 1.000).
+        assert_eq!(jain(&[0.0, 0.0]), None);
     }
 
     #[test]
