@@ -1080,8 +1080,10 @@ llmgov_result llmgov_last_error(struct llmgov_error *out);
  *
  * When this returns, the previous callback is no longer running and will
  * never be called again, so its userdata may be freed. It may not be
- * called from inside an event callback (`LLMGOV_RESULT_INVALID_ARGUMENT`
- * naming `callback`): it would wait for itself.
+ * called from inside this governor's own event callback
+ * (`LLMGOV_RESULT_INVALID_ARGUMENT` naming `callback`): it would wait for
+ * itself. From inside another governor's callback it may, and waits as
+ * from anywhere else.
  *
  * # Lifetime
  * The callback may be called, from any thread, from this call until it is
@@ -1154,7 +1156,9 @@ llmgov_result llmgov_governor_from_preset(const char *name,
  * can still be settled; it is freed with the last of them. The event
  * callback, if any, is removed first: once this returns it is never called
  * again (calls under way on other threads are waited for, unless this is
- * called from inside the callback itself).
+ * called from inside the callback itself). Called from inside an event
+ * callback, it lets the governor go once the llmgov call that raised the
+ * event returns, so that call does not run on after it.
  *
  * # Safety
  * `governor` must be NULL or a governor from `llmgov_governor_from_*` not

@@ -409,13 +409,16 @@ fn record(failure: Failure) -> llmgov_result {
 
 /// Runs an entry point's body: its value on success, else the failure kept
 /// as this thread's last error; a panic is caught and reported as
-/// `LLMGOV_RESULT_PANIC`, never unwound into C.
+/// `LLMGOV_RESULT_PANIC`, never unwound into C. Handles freed inside an
+/// event callback the body raised go as it returns.
 pub(crate) fn guard(body: impl FnOnce() -> Outcome) -> llmgov_result {
-    match catch_unwind(AssertUnwindSafe(body)) {
+    let result = match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => llmgov_result::Ok,
         Ok(Err(failure)) => record(failure),
         Err(payload) => record(Failure::panic(payload)),
-    }
+    };
+    crate::events::drop_freed();
+    result
 }
 
 /// For the entry points that cannot fail (frees): swallows a panic rather
@@ -424,6 +427,7 @@ pub(crate) fn guard_infallible(body: impl FnOnce()) {
     if let Err(payload) = catch_unwind(AssertUnwindSafe(body)) {
         record(Failure::panic(payload));
     }
+    crate::events::drop_freed();
 }
 
 /// The stable text code of a result: `"ok"`, `"rate_limited"`, … (the

@@ -3,7 +3,8 @@
 //! or removed at any time, and once removal returns it is never called
 //! again, so the caller may then free what `userdata` points to.
 
-use std::cell::Cell;
+use std::any::Any;
+use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CString};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once, PoisonError};
 
@@ -46,14 +47,46 @@ unsafe impl Send for Callback {}
 // SAFETY: as above.
 unsafe impl Sync for Callback {}
 
-thread_local! {
-    /// How many event callbacks this thread is inside (they may nest: a
-    /// callback that calls llmgov may cause another event).
-    static IN_CALLBACK: Cell<u32> = const { Cell::new(0) };
+/// This thread's calls of event callbacks, and what was freed inside them.
+struct Frames {
+    /// The hooks whose callbacks this thread is inside, innermost last
+    /// (they nest: a callback that calls llmgov may cause another event).
+    running: RefCell<Vec<*const EventHook>>,
+    /// Handles freed from inside a callback. The llmgov call that raised
+    /// the event is still running on them, so they are dropped when the
+    /// outermost llmgov call on this thread returns.
+    freed: RefCell<Vec<Box<dyn Any>>>,
 }
 
-fn inside_callback() -> bool {
-    IN_CALLBACK.try_with(Cell::get).unwrap_or(0) > 0
+thread_local! {
+    static FRAMES: Frames = const { Frames { running: RefCell::new(Vec::new()), freed: RefCell::new(Vec::new()) } };
+}
+
+/// Whether this thread is inside a call of `hook`'s callback.
+fn running_here(hook: &EventHook) -> bool {
+    FRAMES.try_with(|f| f.running.borrow().contains(&(hook as *const EventHook))).unwrap_or(false)
+}
+
+/// For the `llmgov_*_free` functions: drops `handle` now, or, from inside
+/// an event callback, once the llmgov call that raised the event returns
+/// (freeing what that call runs on would leave it on freed memory).
+pub(crate) fn free_handle<T: 'static>(handle: T) {
+    let inside = FRAMES.try_with(|f| !f.running.borrow().is_empty()).unwrap_or(false);
+    if inside {
+        FRAMES.with(|f| f.freed.borrow_mut().push(Box::new(handle)));
+    }
+    // Otherwise `handle` is dropped here, now.
+}
+
+/// Drops the handles freed inside callbacks once none runs on this thread:
+/// every entry point calls it on returning.
+#[inline]
+pub(crate) fn drop_freed() {
+    let freed = FRAMES.try_with(|f| match f.freed.borrow().is_empty() || !f.running.borrow().is_empty() {
+        true => Vec::new(),
+        false => std::mem::take(&mut *f.freed.borrow_mut()),
+    });
+    drop(freed);
 }
 
 /// A governor's hook slot. Each call of a callback holds a clone of its
@@ -89,11 +122,11 @@ impl EventHook {
             let len = json.len();
             // JSON escapes NUL, so the text has none.
             if let Ok(json) = CString::new(json) {
-                let _ = IN_CALLBACK.try_with(|n| n.set(n.get() + 1));
+                let _ = FRAMES.try_with(|f| f.running.borrow_mut().push(self));
                 // SAFETY: the caller's promise at set time: callable from
                 // any thread with this userdata until it is unset.
                 unsafe { (callback.function)(callback.userdata, json.as_ptr(), len) };
-                let _ = IN_CALLBACK.try_with(|n| n.set(n.get() - 1));
+                let _ = FRAMES.try_with(|f| f.running.borrow_mut().pop());
             }
         }
         // Dropped under the lock, so a setter waiting on the count cannot
@@ -105,14 +138,14 @@ impl EventHook {
     }
 
     /// Replaces the callback, and returns once no call of the old one is
-    /// under way (except on this very thread, when called from inside a
-    /// callback: then it cannot wait for itself).
+    /// under way (except on this very thread, when called from inside this
+    /// hook's callback: then it cannot wait for itself).
     fn replace(&self, new: Option<Callback>) {
         let mut slot = self.lock();
         let Some(old) = std::mem::replace(&mut *slot, new.map(Arc::new)) else {
             return;
         };
-        if inside_callback() {
+        if running_here(self) {
             return;
         }
         while Arc::strong_count(&old) > 1 {
@@ -146,8 +179,10 @@ impl EventHook {
 ///
 /// When this returns, the previous callback is no longer running and will
 /// never be called again, so its userdata may be freed. It may not be
-/// called from inside an event callback (`LLMGOV_RESULT_INVALID_ARGUMENT`
-/// naming `callback`): it would wait for itself.
+/// called from inside this governor's own event callback
+/// (`LLMGOV_RESULT_INVALID_ARGUMENT` naming `callback`): it would wait for
+/// itself. From inside another governor's callback it may, and waits as
+/// from anywhere else.
 ///
 /// # Lifetime
 /// The callback may be called, from any thread, from this call until it is
@@ -167,13 +202,13 @@ pub unsafe extern "C" fn llmgov_governor_set_event_hook(
     guard(|| {
         // SAFETY: the caller's contract.
         let gov = unsafe { args::reference(governor, "governor") }?;
-        if inside_callback() {
+        if running_here(&gov.events) {
             let value = if callback.is_some() { "a callback" } else { "NULL" };
             return Err(Failure::argument(
                 "callback",
                 value,
-                "llmgov_governor_set_event_hook may not be called from inside an event callback (it would wait \
-                 for itself to return)",
+                "llmgov_governor_set_event_hook may not be called from inside this governor's own event callback \
+                 (it would wait for itself to return)",
             ));
         }
         if let Some(function) = callback {

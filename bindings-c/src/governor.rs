@@ -226,7 +226,9 @@ pub unsafe extern "C" fn llmgov_governor_from_preset(
 /// can still be settled; it is freed with the last of them. The event
 /// callback, if any, is removed first: once this returns it is never called
 /// again (calls under way on other threads are waited for, unless this is
-/// called from inside the callback itself).
+/// called from inside the callback itself). Called from inside an event
+/// callback, it lets the governor go once the llmgov call that raised the
+/// event returns, so that call does not run on after it.
 ///
 /// # Safety
 /// `governor` must be NULL or a governor from `llmgov_governor_from_*` not
@@ -238,7 +240,7 @@ pub unsafe extern "C" fn llmgov_governor_free(governor: *const llmgov_governor) 
             // SAFETY: made by Arc::into_raw in `build`; this is the caller's reference.
             let governor = unsafe { Arc::from_raw(governor) };
             governor.events.clear();
-            drop(governor);
+            crate::events::free_handle(governor);
         }
     })
 }

@@ -374,7 +374,7 @@ pub unsafe extern "C" fn llmgov_permit_free(permit: *mut llmgov_permit) {
     guard_infallible(|| {
         if !permit.is_null() {
             // SAFETY: made by Box::into_raw in `llmgov_governor_try_acquire`.
-            drop(unsafe { Box::from_raw(permit) });
+            crate::events::free_handle(unsafe { Box::from_raw(permit) });
         }
     })
 }

@@ -133,7 +133,7 @@ pub unsafe extern "C" fn llmgov_profile_free(profile: *mut llmgov_profile) {
     guard_infallible(|| {
         if !profile.is_null() {
             // SAFETY: made by Box::into_raw in `llmgov_profile_new`.
-            drop(unsafe { Box::from_raw(profile) });
+            crate::events::free_handle(unsafe { Box::from_raw(profile) });
         }
     })
 }

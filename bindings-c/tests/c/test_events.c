@@ -242,6 +242,101 @@ static void freeing_the_governor_removes_the_hook(void) {
     llmgov_permit_free(permit);
 }
 
+/* What a callback frees from inside itself: the governor, and a permit
+ * that holds it too (the caller has let go of its own references). */
+typedef struct {
+    const llmgov_governor *gov;
+    llmgov_permit *permit;
+    int calls;
+} freeing;
+
+static void free_everything(void *userdata, const char *json, size_t len) {
+    (void)json;
+    (void)len;
+    freeing *f = userdata;
+    if (f->calls++ > 0) return;
+    llmgov_governor_free(f->gov);
+    llmgov_permit_free(f->permit);
+}
+
+/* The docs allow freeing the governor from inside its callback. The
+ * llmgov call that raised the event still runs on it (and on the permit a
+ * report is about), so they go when that call returns, not under it:
+ * valgrind fails the test on any touch of freed memory. */
+static void freeing_from_inside_the_callback_waits_for_the_call_that_raised_the_event(void) {
+    llmgov_permit *p = NULL;
+    /* A denial in try_acquire, and a request that never fits, refused at
+     * the call of a blocking acquire. */
+    for (int blocking_call = 0; blocking_call < 2; blocking_call++) {
+        fixture f = setup();
+        f.request.input_tokens = 600;
+        freeing fr = {f.gov, NULL, 0};
+        CHECK_OK(llmgov_governor_try_acquire(f.gov, &f.request, &fr.permit));
+        CHECK_OK(llmgov_governor_set_event_hook(f.gov, free_everything, &fr));
+        if (blocking_call) {
+            f.request.input_tokens = 601;
+            CHECK_RESULT(llmgov_governor_acquire(f.gov, &f.request, 0, &p), LLMGOV_RESULT_NEVER_FITS);
+        } else {
+            CHECK_RESULT(llmgov_governor_try_acquire(f.gov, &f.request, &p), LLMGOV_RESULT_RATE_LIMITED);
+        }
+        CHECK(fr.calls == 1);
+        CHECK_STR(last_error().scope, "openai/org");
+        llmgov_manual_clock_free(f.clock);
+    }
+    /* A provider's 429, reported on the very permit the callback frees. */
+    fixture f = setup();
+    freeing fr = {f.gov, NULL, 0};
+    CHECK_OK(llmgov_governor_try_acquire(f.gov, &f.request, &fr.permit));
+    CHECK_OK(llmgov_governor_set_event_hook(f.gov, free_everything, &fr));
+    llmgov_classification c;
+    CHECK_OK(llmgov_permit_report(fr.permit, 429, NULL, 0, NULL, 0, &c));
+    CHECK(fr.calls == 1);
+    CHECK(c.limited);
+    llmgov_manual_clock_free(f.clock);
+}
+
+/* Freeing another governor from inside a callback waits, as from anywhere
+ * else, for that governor's callbacks under way on other threads: only a
+ * governor's own callback cannot be waited for. */
+typedef struct {
+    blocking *other;
+    const llmgov_governor *other_gov;
+    int saw_returned;
+} freeing_other;
+
+static void free_the_other(void *userdata, const char *json, size_t len) {
+    (void)json;
+    (void)len;
+    freeing_other *o = userdata;
+    while (!atomic_load(&o->other->entered)) sched_yield();
+    atomic_store(&o->other->release, 1);
+    llmgov_governor_free(o->other_gov);
+    o->saw_returned = atomic_load(&o->other->returned);
+}
+
+static void freeing_another_governor_inside_a_callback_waits_for_its_calls(void) {
+    fixture mine = setup(), theirs = setup();
+    mine.request.input_tokens = theirs.request.input_tokens = 600;
+    llmgov_permit *my_all = NULL, *their_all = NULL, *p = NULL;
+    CHECK_OK(llmgov_governor_try_acquire(mine.gov, &mine.request, &my_all));
+    CHECK_OK(llmgov_governor_try_acquire(theirs.gov, &theirs.request, &their_all));
+    blocking b = {0};
+    b.gov = theirs.gov;
+    b.request = theirs.request;
+    CHECK_OK(llmgov_governor_set_event_hook(theirs.gov, block_until_released, &b));
+    freeing_other o = {&b, theirs.gov, -1};
+    CHECK_OK(llmgov_governor_set_event_hook(mine.gov, free_the_other, &o));
+    pthread_t refuser;
+    pthread_create(&refuser, NULL, refuse_once, &b); /* inside their callback until released */
+    CHECK_RESULT(llmgov_governor_try_acquire(mine.gov, &mine.request, &p), LLMGOV_RESULT_RATE_LIMITED);
+    pthread_join(refuser, NULL);
+    CHECK(o.saw_returned == 1);
+    llmgov_permit_free(their_all);
+    llmgov_manual_clock_free(theirs.clock);
+    llmgov_permit_free(my_all);
+    teardown(&mine);
+}
+
 /* Threads refuse requests without pause while the main thread replaces
  * the hook again and again, freeing each userdata as soon as the
  * replacement returns: a call that outlived its removal would touch freed
@@ -316,6 +411,8 @@ int main(void) {
     removal_waits_for_a_call_under_way();
     freeing_the_governor_removes_the_hook();
     replacing_the_hook_under_load_frees_nothing_in_use();
+    freeing_from_inside_the_callback_waits_for_the_call_that_raised_the_event();
+    freeing_another_governor_inside_a_callback_waits_for_its_calls();
     bad_input_names_the_argument();
     return finish("events");
 }
