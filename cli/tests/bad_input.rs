@@ -162,3 +162,28 @@ fn chaos_fractions_adding_up_past_one_are_refused() {
     );
     assert_refused(&output, &["`provider.chaos` = `1.4`", "at most 1"]);
 }
+
+/// Arrivals past the week a run may last were blamed on the first strategy:
+/// "`strategies` = `fixed sleep 10s`: did not finish within a week".
+#[test]
+fn arrivals_past_the_simulated_week_are_named_in_the_workload() {
+    for arrival in [
+        "kind = \"all_at_once\", start = \"8days\"",
+        "kind = \"poisson\", per_minute = 0.0001",
+        "kind = \"bursts\", size = 1, every = \"1h\"",
+    ] {
+        let output = simulate("late", &seed_batch_with("kind = \"all_at_once\"", arrival));
+        assert_refused(&output, &["`workload.classes[0].arrival`", "past the week of virtual time"]);
+    }
+}
+
+/// A field of another arrival kind showed the kind as its value:
+/// "`arrival.per_minute` = `all_at_once`: does not apply to this kind".
+#[test]
+fn an_arrival_field_of_another_kind_shows_its_own_value() {
+    let output =
+        simulate("per-minute", &seed_batch_with("kind = \"all_at_once\"", "kind = \"all_at_once\", per_minute = 3"));
+    assert_refused(&output, &["`workload.classes[0].arrival.per_minute` = `3`: does not apply to kind all_at_once"]);
+    let output = simulate("no-every", &seed_batch_with("kind = \"all_at_once\"", "kind = \"bursts\", size = 5"));
+    assert_refused(&output, &["`workload.classes[0].arrival.every` = ``: is required for kind bursts"]);
+}

@@ -13,7 +13,7 @@ use crate::provider::{Admitted, Provider, ProviderConfig, ProviderUsage, Rejecte
 
 /// A run that has not ended after a week of virtual time is stuck (a
 /// strategy retrying a refusal that never lifts): stop it rather than spin.
-const MAX_VIRTUAL_NS: u64 = 7 * 24 * 3600 * 1_000_000_000;
+pub(crate) const MAX_VIRTUAL_NS: u64 = 7 * 24 * 3600 * 1_000_000_000;
 
 /// A wake-up a strategy asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -44,6 +44,7 @@ pub fn demo_scenario() -> Scenario {
 pub fn run(scenario: &Scenario) -> Result<Report, CliError> {
     let checked = scenario.check()?;
     let jobs = workload::generate(scenario.seed, &checked.classes, &checked.tenants);
+    refuse_arrivals_past_the_horizon(&checked.classes, &jobs)?;
     refuse_requests_that_never_fit(scenario, &jobs)?;
     let (bound, token_limit) = bound::lower_bound(&scenario.provider, checked.network_ns, &jobs)?;
     let provider_seed = scenario.seed.wrapping_add(PROVIDER_SEED_OFFSET);
@@ -64,6 +65,21 @@ pub fn run(scenario: &Scenario) -> Result<Report, CliError> {
         token_limit,
         strategies: reports,
     })
+}
+
+/// A run stops after a week of virtual time; a class whose requests arrive
+/// later (a late `start`, a slow Poisson rate, sparse bursts) is refused by
+/// name rather than reported as a strategy that never finished.
+fn refuse_arrivals_past_the_horizon(classes: &[scenario::Class], jobs: &[workload::Job]) -> Result<(), CliError> {
+    let Some(late) = jobs.last().filter(|j| j.arrival > engine::MAX_VIRTUAL_NS) else { return Ok(()) };
+    let arrival = &classes[late.class].config.arrival;
+    let at = humantime::format_duration(std::time::Duration::from_secs(late.arrival / 1_000_000_000));
+    let value = format!("{} from {}", arrival.kind.as_str(), arrival.start.as_deref().unwrap_or("0s"));
+    let reason = format!(
+        "its last request would arrive after {at}, past the week of virtual time a run may last; \
+         start sooner, arrive faster or send fewer requests"
+    );
+    Err(CliError::field(format!("workload.classes[{}].arrival", late.class), value, reason))
 }
 
 /// A request the provider could never admit (it costs more on a limit than

@@ -99,6 +99,17 @@ pub enum ArrivalKind {
     Bursts,
 }
 
+impl ArrivalKind {
+    /// The name used in scenario files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ArrivalKind::AllAtOnce => "all_at_once",
+            ArrivalKind::Poisson => "poisson",
+            ArrivalKind::Bursts => "bursts",
+        }
+    }
+}
+
 /// An arrival process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -341,19 +352,18 @@ impl ArrivalConfig {
             ArrivalKind::Poisson => (true, false),
             ArrivalKind::Bursts => (false, true),
         };
-        let kind = format!("{:?}", self.kind);
-        for (name, set, wanted) in [
-            ("per_minute", self.per_minute.is_some(), needs_rate),
-            ("size", self.size.is_some(), needs_bursts),
-            ("every", self.every.is_some(), needs_bursts),
+        let kind = self.kind.as_str();
+        for (name, value, wanted) in [
+            ("per_minute", self.per_minute.map(|v| v.to_string()), needs_rate),
+            ("size", self.size.map(|v| v.to_string()), needs_bursts),
+            ("every", self.every.clone(), needs_bursts),
         ] {
-            match (set, wanted) {
-                (true, false) => {
-                    return Err(CliError::field(format!("{field}.{name}"), &kind, "does not apply to this kind"))
+            let at = format!("{field}.{name}");
+            match (value, wanted) {
+                (Some(value), false) => {
+                    return Err(CliError::field(at, value, format!("does not apply to kind {kind}")))
                 }
-                (false, true) => {
-                    return Err(CliError::field(format!("{field}.{name}"), "", "is required for this kind"))
-                }
+                (None, true) => return Err(CliError::field(at, "", format!("is required for kind {kind}"))),
                 _ => {}
             }
         }
