@@ -163,7 +163,7 @@ fn a_malformed_scenario_names_the_file_the_field_and_the_value() {
             "kind = \"all_at_once\"",
             "kind = \"all_at_once\", per_minute = 5.0",
             "workload.classes[0].arrival.per_minute",
-            "AllAtOnce",
+            "= `5`",
         ),
     ] {
         let err = simulate_edited(&dir, from, to);
