@@ -83,17 +83,31 @@ fn flags(field: &str) -> String {
     field.split('/').map(|name| format!("--{}", name.replace('_', "-"))).collect::<Vec<_>>().join("/")
 }
 
+/// A rate for the table: one decimal from 1 a minute up, three significant
+/// digits below (a limit of a few a day is not "0.0"), `unbounded` for a
+/// limit that a request of no tokens never reaches.
+fn rate(rpm: f64) -> String {
+    if rpm.is_infinite() {
+        "unbounded".to_owned()
+    } else if rpm >= 1.0 || rpm == 0.0 {
+        format!("{rpm:.1}")
+    } else {
+        let decimals = (2.0 - rpm.log10().floor()).max(1.0) as usize;
+        format!("{rpm:.decimals$}")
+    }
+}
+
 impl std::fmt::Display for Plan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let Plan(plan) = self;
         writeln!(f, "{:<12} {:>14}", "limit", "requests/min")?;
         for c in &plan.ceilings {
             let mark = if c.limit == plan.binding { "  <- binds" } else { "" };
-            writeln!(f, "{:<12} {:>14.1}{mark}", c.limit, c.rpm)?;
+            writeln!(f, "{:<12} {:>14}{mark}", c.limit, rate(c.rpm))?;
         }
-        writeln!(f, "sustainable: {:.1} requests/min ({} binds)", plan.sustainable_rpm, plan.binding)?;
+        writeln!(f, "sustainable: {} requests/min ({} binds)", rate(plan.sustainable_rpm), plan.binding)?;
         if let Some(rpm) = plan.sustainable_rpm_reserving_p95 {
-            writeln!(f, "while reservations hold p95 sizes: {rpm:.1} requests/min")?;
+            writeln!(f, "while reservations hold p95 sizes: {} requests/min", rate(rpm))?;
         }
         Ok(())
     }
@@ -121,6 +135,19 @@ mod tests {
         let tpm = table.lines().find(|line| line.starts_with("tpm ")).expect("a tpm row");
         assert!(tpm.ends_with("50.0  <- binds"), "{table}");
         assert!(table.contains("sustainable: 50.0 requests/min (tpm binds)"), "{table}");
+    }
+
+    /// A tenth of a request a minute printed as "0.0", a sustainable rate
+    /// of nothing; 1000 tokens a minute of 0-token requests as "inf".
+    #[test]
+    fn small_rates_keep_their_digits_and_infinite_ones_read_unbounded() {
+        let daily = PlanInput { rpm: Some(0.05), ..seed_batch() }.plan().unwrap().to_string();
+        assert!(daily.contains("sustainable: 0.0500 requests/min (rpm binds)"), "{daily}");
+        let empty = PlanInput { rpm: None, avg_input: 0.0, avg_output: 0.0, ..seed_batch() };
+        let table = empty.plan().unwrap().to_string();
+        assert!(table.contains("sustainable: unbounded requests/min"), "{table}");
+        assert_eq!(rate(0.0012345), "0.00123");
+        assert_eq!(rate(45.0), "45.0");
     }
 
     #[test]
