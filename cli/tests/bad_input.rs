@@ -187,3 +187,15 @@ fn an_arrival_field_of_another_kind_shows_its_own_value() {
     let output = simulate("no-every", &seed_batch_with("kind = \"all_at_once\"", "kind = \"bursts\", size = 5"));
     assert_refused(&output, &["`workload.classes[0].arrival.every` = ``: is required for kind bursts"]);
 }
+
+/// Two classes of one name ran: the report showed two rows of one name,
+/// and llmgov's scheduler, keying its queues by name, held the batch
+/// class's requests to the interactive one's 10 s deadline: 461 of its 500
+/// were given up.
+#[test]
+fn two_classes_of_one_name_are_refused() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/fair_interactive_plus_batch.toml");
+    let text = std::fs::read_to_string(path).unwrap().replace("name = \"interactive\"", "name = \"batch\"");
+    let output = simulate("duplicate-class", &text);
+    assert_refused(&output, &["`workload.classes[1].name` = `batch`: names another class already"]);
+}

@@ -517,6 +517,15 @@ impl Scenario {
         let classes = (self.workload.classes.iter().enumerate())
             .map(|(i, c)| c.check(&format!("workload.classes[{i}]")))
             .collect::<Result<Vec<_>, _>>()?;
+        for (i, class) in self.workload.classes.iter().enumerate() {
+            // Reports name classes, and llmgov's scheduler keys its queues
+            // by name: two of one name would be merged, one's deadline
+            // applied to the other's requests.
+            if self.workload.classes[..i].iter().any(|other| other.name == class.name) {
+                let field = format!("workload.classes[{i}].name");
+                return Err(CliError::field(field, &class.name, "names another class already"));
+            }
+        }
         let requests: u64 = classes.iter().map(|c| c.config.requests).sum();
         if requests > MAX_REQUESTS {
             let reason = format!("the classes' requests add up to more than {MAX_REQUESTS}");
