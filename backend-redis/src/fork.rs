@@ -35,6 +35,7 @@ pub(crate) fn watch() {
 }
 
 /// How many forks lie between the process that started and this one.
+#[inline]
 pub(crate) fn generation() -> u64 {
     GENERATION.load(Ordering::Acquire)
 }
@@ -44,11 +45,18 @@ impl RedisGovernor {
     /// belongs to the parent (connections, ids, leases, slots, what the
     /// outage owes) and starts a keeper thread of this process's own (none
     /// when `keeper_wanted` is false: the governor is being dropped).
+    #[inline]
     pub(crate) fn adopt_if_forked_with(&self, keeper_wanted: bool) {
-        let now = generation();
-        if self.generation.load(Ordering::Acquire) == now {
-            return;
+        if self.generation.load(Ordering::Acquire) != generation() {
+            self.adopt(keeper_wanted);
         }
+    }
+
+    /// The rare path, kept out of every call's way.
+    #[cold]
+    #[inline(never)]
+    fn adopt(&self, keeper_wanted: bool) {
+        let now = generation();
         let mut keeper = self.keeper.lock();
         if self.generation.load(Ordering::Acquire) == now {
             return; // another thread of this process adopted it meanwhile
@@ -61,6 +69,7 @@ impl RedisGovernor {
         self.generation.store(now, Ordering::Release);
     }
 
+    #[inline]
     pub(crate) fn adopt_if_forked(&self) {
         self.adopt_if_forked_with(true);
     }
