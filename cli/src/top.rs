@@ -168,10 +168,13 @@ fn why_not(json: &str) -> Option<String> {
     } else {
         serde_path_to_error::deserialize::<_, Snapshot>(value).err()?
     };
-    Some(match error.path().to_string().as_str() {
+    let why = match error.path().to_string().as_str() {
         "." => error.inner().to_string(),
         path => format!("{path}: {}", error.inner()),
-    })
+    };
+    // Node's `snapshot()` and `metrics()` objects are camelCase.
+    let camel = json.contains("\"nowMs\"") || json.contains("\"inUse\"");
+    Some(if camel { format!("{why} (camelCase keys: from Node, write `gov.metricsJson()`)") } else { why })
 }
 
 /// Draws `source` through `draw` until `draw` says nobody reads any more,

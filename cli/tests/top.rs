@@ -124,6 +124,9 @@ fn json_that_is_not_a_snapshot_says_which_field_is_wrong() {
     metrics["snapshot"]["scopes"][0]["limits"][0]["in_use"] = json!("lots");
     let err = llmgov_cli::top::render(&metrics.to_string()).unwrap_err().to_string();
     assert!(err.contains("snapshot.scopes[0].limits[0].in_use: invalid type: string \"lots\""), "{err}");
+    // What `JSON.stringify(gov.snapshot())` writes in Node.
+    let err = llmgov_cli::top::render(r#"{"nowMs": 5, "admitted": 0, "scopes": []}"#).unwrap_err().to_string();
+    assert!(err.contains("missing field `now_ms` (camelCase keys: from Node, write `gov.metricsJson()`)"), "{err}");
 }
 
 /// A live `top` ended at the first failed read: an application restarting,
