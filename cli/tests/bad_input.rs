@@ -199,3 +199,15 @@ fn two_classes_of_one_name_are_refused() {
     let output = simulate("duplicate-class", &text);
     assert_refused(&output, &["`workload.classes[1].name` = `batch`: names another class already"]);
 }
+
+/// A provider refusing every request, retried every few ms, ran on for
+/// hours of real time towards the week of virtual time a run may last.
+#[test]
+fn a_run_where_every_answer_is_a_refusal_stops_by_attempts() {
+    let text = seed_batch_with("\n[workload]", "chaos = { error_500 = 1.0 }\n\n[workload]")
+        .replacen("seed = 42", "seed = 42\nnetwork_delay = \"1ms\"", 1)
+        .replacen("requests = 1000", "requests = 5", 1)
+        .replacen("sleep = \"10s\"", "sleep = \"1ms\"", 1);
+    let output = simulate("all-refused", &text);
+    assert_refused(&output, &["`strategies` = `fixed sleep 1ms`: sent more than 10000 attempts per request"]);
+}

@@ -15,6 +15,12 @@ use crate::provider::{Admitted, Provider, ProviderConfig, ProviderUsage, Rejecte
 /// strategy retrying a refusal that never lifts): stop it rather than spin.
 pub(crate) const MAX_VIRTUAL_NS: u64 = 7 * 24 * 3600 * 1_000_000_000;
 
+/// Attempts per request past which a run is stuck too (every answer a
+/// refusal, retried at once): the shipped scenarios' naive strategies make
+/// at most a few hundred, and a week of virtual time at a few ms a retry
+/// would take hours of real time to reach.
+const MAX_ATTEMPTS_PER_REQUEST: u64 = 10_000;
+
 /// A wake-up a strategy asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Timer {
@@ -222,12 +228,20 @@ pub(crate) fn run(
         engine.schedule(job.arrival, Event::Arrive(job.id));
     }
     let mut cx = Cx { jobs, commands: VecDeque::new() };
+    let max_attempts = (jobs.len() as u64).saturating_mul(MAX_ATTEMPTS_PER_REQUEST);
     while let Some(Reverse((now, _, event))) = engine.queue.pop() {
         if now > MAX_VIRTUAL_NS {
             return Err(CliError::field("strategies", label, "did not finish within a week of virtual time"));
         }
         engine.handle(now, event, client, &mut cx)?;
         engine.apply(now, &mut cx);
+        if engine.run.attempts > max_attempts {
+            let reason = format!(
+                "sent more than {MAX_ATTEMPTS_PER_REQUEST} attempts per request: is every answer a refusal? \
+                 (lower the chaos fractions, or give it max_retries)"
+            );
+            return Err(CliError::field("strategies", label, reason));
+        }
     }
     Ok(engine.run)
 }
