@@ -47,6 +47,17 @@ impl CliError {
     }
 }
 
+/// A number as a person would write it: `1e300` and `1e-300` rather than
+/// their hundreds of digits, other values as Rust prints them (`60.5`, `-3`).
+pub fn number(value: f64) -> String {
+    let magnitude = value.abs();
+    if magnitude != 0.0 && magnitude.is_finite() && !(1e-6..1e15).contains(&magnitude) {
+        format!("{value:e}")
+    } else {
+        value.to_string()
+    }
+}
+
 /// Parses a duration such as `"1m"` or `"500ms"` into nanoseconds.
 pub fn duration_ns(field: &str, text: &str) -> Result<u64, CliError> {
     let d = humantime::parse_duration(text)
@@ -115,6 +126,15 @@ mod tests {
     #[serde(rename_all = "snake_case")]
     enum Kind {
         Fixed,
+    }
+
+    #[test]
+    fn numbers_far_from_one_are_written_with_an_exponent() {
+        assert_eq!(number(1e300), "1e300");
+        assert_eq!(number(1e-300), "1e-300");
+        assert_eq!(number(-3.0), "-3");
+        assert_eq!(number(60.5), "60.5");
+        assert_eq!(number(f64::NAN), "NaN");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{duration_ns, CliError};
+use crate::error::{duration_ns, number, CliError};
 
 /// Which API a provider speaks: header names, error bodies, endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,7 +141,7 @@ impl LatencyConfig {
             if !(ms.is_finite() && (0.0..=max).contains(&ms)) {
                 return Err(CliError::field(
                     format!("{field}.{name}"),
-                    ms,
+                    number(ms),
                     format!("must be a number of ms in [0, {max}]"),
                 ));
             }
@@ -272,7 +272,7 @@ impl ProviderConfig {
             ("latency.spike_probability", self.latency.spike_probability),
         ] {
             if !(0.0..=1.0).contains(&p) {
-                return Err(CliError::field(format!("{field}.{name}"), p, "must be a probability in [0, 1]"));
+                return Err(CliError::field(format!("{field}.{name}"), number(p), "must be a probability in [0, 1]"));
             }
         }
         let chaos = self.chaos.error_429 + self.chaos.error_500 + self.chaos.error_529;
@@ -284,7 +284,7 @@ impl ProviderConfig {
         self.latency.check(&format!("{field}.latency"))?;
         if let Some(f) = self.chaos.tighten_factor {
             if !(f > 0.0 && f <= 1.0) {
-                return Err(CliError::field(format!("{field}.chaos.tighten_factor"), f, "must be in (0, 1]"));
+                return Err(CliError::field(format!("{field}.chaos.tighten_factor"), number(f), "must be in (0, 1]"));
             }
         }
         Ok(limits)

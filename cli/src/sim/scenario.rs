@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{duration_ns, CliError};
+use crate::error::{duration_ns, number, CliError};
 use crate::provider::ProviderConfig;
 
 /// A simulation scenario: what to run and against what.
@@ -277,7 +277,7 @@ fn positive(field: &str, value: f64) -> Result<f64, CliError> {
     if value.is_finite() && value > 0.0 {
         Ok(value)
     } else {
-        Err(CliError::field(field, value, "must be a positive number"))
+        Err(CliError::field(field, number(value), "must be a positive number"))
     }
 }
 
@@ -290,6 +290,12 @@ fn optional_duration(field: String, text: &Option<String>) -> Result<Option<u64>
 const MIN_LIMITS_FACTOR: f64 = 0.001;
 const MAX_LIMITS_FACTOR: f64 = 1000.0;
 
+/// A tenant's weight and share are relative: a range of a million to one
+/// is plenty, and beyond it the fairness index divides by nothing (a weight
+/// of 1e-300 made it NaN).
+const MIN_TENANT_RATIO: f64 = 0.001;
+const MAX_TENANT_RATIO: f64 = 1000.0;
+
 /// The most requests a scenario may hold, over all its classes: each costs
 /// the simulator a few hundred bytes per strategy, and a million already
 /// takes minutes.
@@ -299,9 +305,7 @@ pub(crate) const MAX_REQUESTS: u64 = 1_000_000;
 /// by name here rather than by the ledger mid-run.
 fn at_most_max_tokens(field: &str, value: f64) -> Result<(), CliError> {
     if value > llmgov::MAX_TOKENS as f64 {
-        // `1e300` as written, not its 301 digits.
-        let value = if value < 1e15 { value.to_string() } else { format!("{value:e}") };
-        return Err(CliError::field(field, value, format!("must be at most {} tokens", llmgov::MAX_TOKENS)));
+        return Err(CliError::field(field, number(value), format!("must be at most {} tokens", llmgov::MAX_TOKENS)));
     }
     Ok(())
 }
@@ -460,7 +464,7 @@ impl StrategyConfig {
             Some(f) if (MIN_LIMITS_FACTOR..=MAX_LIMITS_FACTOR).contains(&f) => f,
             Some(f) => {
                 let reason = format!("must be in [{MIN_LIMITS_FACTOR}, {MAX_LIMITS_FACTOR}]");
-                return Err(CliError::field(at("limits_factor"), f, reason));
+                return Err(CliError::field(at("limits_factor"), number(f), reason));
             }
             None => 1.0,
         };
@@ -548,14 +552,22 @@ impl Scenario {
             if tenants.iter().any(|other| other.name == t.name) {
                 return Err(CliError::field(field("name"), &t.name, "names another tenant already"));
             }
-            let weight = match t.weight {
-                Some(w) => positive(&field("weight"), w)?,
-                None => 1.0,
+            // The name is a segment of the tenant's scope path, `tenants/NAME`:
+            // a `/` would make it a scope below another, outside the shares.
+            if t.name.is_empty() || t.name.contains('/') || t.name.contains(char::is_control) {
+                let reason = "must be a non-empty name without `/` or control characters";
+                return Err(CliError::field(field("name"), t.name.escape_debug(), reason));
+            }
+            let ratio = |name: &str, value: f64| {
+                if (MIN_TENANT_RATIO..=MAX_TENANT_RATIO).contains(&value) {
+                    Ok(value)
+                } else {
+                    let reason = format!("must be in [{MIN_TENANT_RATIO}, {MAX_TENANT_RATIO}]");
+                    Err(CliError::field(field(name), number(value), reason))
+                }
             };
-            let share = match t.share {
-                Some(s) => positive(&field("share"), s)?,
-                None => weight,
-            };
+            let weight = t.weight.map_or(Ok(1.0), |w| ratio("weight", w))?;
+            let share = t.share.map_or(Ok(weight), |s| ratio("share", s))?;
             tenants.push(Tenant { name: t.name.clone(), weight, share });
         }
         Ok(tenants)
