@@ -57,7 +57,9 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
         /// Port to listen on; 0 picks a free one.
-        #[arg(long, default_value_t = 0)]
+        // A value starting with `-` is read as the value, so that `--port -1`
+        // is refused as a port, not as an unknown flag `-1`.
+        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
         port: u16,
         /// Address to bind.
         #[arg(long, default_value = "127.0.0.1")]
@@ -79,7 +81,7 @@ enum Command {
         #[arg(long)]
         once: bool,
         /// How often to redraw (longer than zero).
-        #[arg(long, default_value = "1s", value_parser = redraw_period)]
+        #[arg(long, default_value = "1s", value_parser = redraw_period, allow_hyphen_values = true)]
         every: humantime::Duration,
     },
 }

@@ -227,3 +227,17 @@ fn tenant_names_and_weights_are_checked_in_the_scenario() {
     let output = simulate("tenant-weight", &text.replace("weight = 3", "weight = 1e-300"));
     assert_refused(&output, &["`workload.tenants[0].weight` = `1e-300`: must be in [0.001, 1000]"]);
 }
+
+/// `--port -1` and `--every -1s` were taken for an unknown flag `-1`.
+#[test]
+fn negative_port_and_period_are_refused_naming_the_flag() {
+    let config = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mock/test.toml");
+    let output = llmgov(&["mock-server", "--config", config.to_str().unwrap(), "--port", "-1"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("invalid value '-1' for '--port <PORT>'"), "{stderr}");
+    let output = llmgov(&["top", "metrics.json", "--every", "-1s"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("invalid value '-1s' for '--every <EVERY>'"), "{stderr}");
+}
