@@ -135,7 +135,7 @@ impl RedisGovernor {
                 .as_nanos() as u64,
             None => DEFAULT_PERMIT_TTL.as_nanos() as u64,
         };
-        let store = Store::new(client(&settings)?, settings.timeout);
+        let store = Store::new(client(&settings)?, settings.timeout, clock.clone());
         let inner = Arc::new(Inner {
             owner: rand::random(),
             catalog: Ledger::new(&config)?,

@@ -2,7 +2,10 @@
 //! each call touching the keys of one shared scope (one hash slot).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+use llmgov::Clock;
 
 use parking_lot::Mutex;
 use redis::{Client, Connection, RedisResult, Script, Value};
@@ -11,6 +14,10 @@ use crate::shared::{Kind, SharedScope};
 
 /// Connections kept idle for reuse; more are opened under load.
 const MAX_IDLE: usize = 16;
+/// A connection idle this long is closed rather than reused: servers and
+/// proxies close idle connections (Redis's `timeout`, a load balancer's
+/// idle limit), and a settle sent on one is not run again whole.
+const IDLE_LIMIT_NS: u64 = 30_000_000_000;
 
 /// What the acquire script answered.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,23 +81,14 @@ pub(crate) struct LeaseGrant {
     pub grants: Vec<u64>,
 }
 
-/// Whether a call that failed on a closed pooled connection runs again on a
-/// new one. The closed connection may have delivered the call first (a reply
-/// lost), so only calls safe to run twice are retried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Retry {
-    /// Run twice, it reserves twice (capacity lost until it refills, never
-    /// given away), or changes nothing more (heartbeats; leases, by token).
-    Safe,
-    /// Run twice, it could refund twice (settle): never retried.
-    Never,
-}
-
 pub(crate) struct Store {
     client: Client,
     calls: AtomicU64,
     timeout: Duration,
-    idle: Mutex<Vec<Connection>>,
+    /// The governor's clock, to age idle connections.
+    clock: Arc<dyn Clock>,
+    /// Idle connections, each with when it was last used.
+    idle: Mutex<Vec<(Connection, u64)>>,
     acquire: Script,
     settle: Script,
     heartbeat: Script,
@@ -98,10 +96,11 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    pub fn new(client: Client, timeout: Duration) -> Self {
+    pub fn new(client: Client, timeout: Duration, clock: Arc<dyn Clock>) -> Self {
         Store {
             client,
             timeout,
+            clock,
             idle: Mutex::new(Vec::new()),
             acquire: Script::new(include_str!("../lua/acquire.lua")),
             settle: Script::new(include_str!("../lua/settle.lua")),
@@ -111,32 +110,48 @@ impl Store {
         }
     }
 
-    /// Runs `call` on a pooled connection; a connection that failed is
-    /// dropped. A pooled connection the server closed while it sat idle (a
-    /// restart, the server's idle `timeout`, a proxy) is no outage: the pool
-    /// is emptied (its other connections are likely closed too) and, if
-    /// `retry` allows it, the call runs once more on a new connection.
-    fn with<T>(&self, retry: Retry, call: impl Fn(&mut Connection) -> RedisResult<T>) -> RedisResult<T> {
+    /// Runs `call` on a pooled connection (a new one if none is idle, or
+    /// the idle ones are past [`IDLE_LIMIT_NS`]); a connection that failed
+    /// is dropped. A connection found closed (a restart, the server's idle
+    /// `timeout`, a proxy) is no outage: the pool is emptied (its other
+    /// connections are likely closed too) and `again` runs on a new one.
+    /// The closed connection may have delivered the call first (its reply
+    /// lost), so `again` must be safe to run after it: the call itself if
+    /// running it twice only reserves twice or changes nothing more, or the
+    /// call without its refunds.
+    fn with<T>(
+        &self,
+        call: &dyn Fn(&mut Connection) -> RedisResult<T>,
+        again: &dyn Fn(&mut Connection) -> RedisResult<T>,
+    ) -> RedisResult<T> {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        let pooled = self.idle.lock().pop();
-        let reused = pooled.is_some();
+        let now = self.clock.now();
+        let pooled = {
+            let mut idle = self.idle.lock();
+            match idle.pop() {
+                Some((c, used)) if now.saturating_sub(used) <= IDLE_LIMIT_NS => Some(c),
+                // The newest is too old, so are the others.
+                _ => {
+                    idle.clear();
+                    None
+                }
+            }
+        };
         let mut connection = match pooled {
             Some(c) => c,
             None => self.connect()?,
         };
         let mut result = call(&mut connection);
-        if reused && result.as_ref().is_err_and(|e| e.is_connection_dropped()) {
+        if result.as_ref().is_err_and(|e| e.is_connection_dropped()) {
             self.drop_idle();
-            if retry == Retry::Safe {
-                self.calls.fetch_add(1, Ordering::Relaxed);
-                connection = self.connect()?;
-                result = call(&mut connection);
-            }
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            connection = self.connect()?;
+            result = again(&mut connection);
         }
         if result.is_ok() {
             let mut idle = self.idle.lock();
             if idle.len() < MAX_IDLE {
-                idle.push(connection);
+                idle.push((connection, self.clock.now()));
             }
         }
         result
@@ -162,7 +177,7 @@ impl Store {
     /// In a forked child: the pooled sockets are the parent's too. They are
     /// leaked, not closed, so nothing (a TLS goodbye) is written to them.
     pub fn leave_idle_to_parent(&self) {
-        for connection in self.idle.lock().drain(..) {
+        for (connection, _) in self.idle.lock().drain(..) {
             std::mem::forget(connection);
         }
     }
@@ -183,20 +198,29 @@ impl Store {
             };
             call.arg(*cost);
         }
-        let reply: Vec<Value> = self.with(Retry::Safe, |c| call.invoke(c))?;
-        parse_admission(&reply)
+        // Run twice, it reserves twice: capacity lost until it refills, never given away.
+        let run = |c: &mut Connection| call.invoke::<Vec<Value>>(c);
+        parse_admission(&self.with(&run, &run)?)
     }
 
-    /// Applies a reconciliation to `scope`.
+    /// Applies a reconciliation to `scope`; if its connection was found
+    /// closed, again without its refunds (run twice, they would be given
+    /// twice; a charge or a freed slot twice does no harm).
     pub fn settle(&self, scope: &SharedScope, reconcile: &Reconcile<'_>) -> RedisResult<()> {
-        let mut call = self.settle.key(&scope.state_key);
-        call.key(&scope.slots_key).arg(reconcile.epoch).arg(reconcile.slot.unwrap_or(""));
-        for &(limit, delta) in reconcile.deltas {
-            let limit = &scope.limits[limit];
-            let Kind::Rate { interval_us, .. } = limit.kind else { continue };
-            call.arg(&limit.field).arg(interval_us).arg(delta);
-        }
-        self.with(Retry::Never, |c| call.invoke::<i64>(c)).map(drop)
+        let call = |refunds: bool| {
+            let mut call = self.settle.key(&scope.state_key);
+            call.key(&scope.slots_key).arg(reconcile.epoch).arg(reconcile.slot.unwrap_or(""));
+            for &(limit, delta) in reconcile.deltas {
+                let limit = &scope.limits[limit];
+                let Kind::Rate { interval_us, .. } = limit.kind else { continue };
+                if delta > 0 || refunds {
+                    call.arg(&limit.field).arg(interval_us).arg(delta);
+                }
+            }
+            call
+        };
+        let (whole, charges) = (call(true), call(false));
+        self.with(&|c| whole.invoke::<i64>(c), &|c| charges.invoke::<i64>(c)).map(drop)
     }
 
     /// Extends the expiry of `slots` held on `scope`.
@@ -206,7 +230,8 @@ impl Store {
         for slot in slots {
             call.arg(slot);
         }
-        self.with(Retry::Safe, |c| call.invoke::<i64>(c)).map(drop)
+        let run = |c: &mut Connection| call.invoke::<i64>(c);
+        self.with(&run, &run).map(drop)
     }
 }
 
@@ -228,7 +253,9 @@ impl Store {
             let Kind::Rate { interval_us, burst } = limit.kind else { continue };
             call.arg(&limit.field).arg(interval_us).arg(burst).arg(*give).arg(*want);
         }
-        let reply: Vec<Value> = self.with(Retry::Safe, |c| call.invoke(c))?;
+        // Run twice, the lease's token keeps it from refunding twice.
+        let run = |c: &mut Connection| call.invoke::<Vec<Value>>(c);
+        let reply = self.with(&run, &run)?;
         let epoch: String = redis::from_redis_value_ref(field(&reply, 0)?)?;
         let reset: i64 = redis::from_redis_value_ref(field(&reply, 1)?)?;
         let grants = reply[2..].iter().map(redis::from_redis_value_ref::<u64>).collect::<Result<_, _>>()?;

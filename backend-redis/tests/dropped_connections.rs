@@ -25,7 +25,7 @@ fn config(url: &str, prefix: &str, mode: &str) -> String {
         url = "{url}"
         prefix = "{prefix}"
         expected_processes = 2
-        lease_ttl = "60s"
+        lease_ttl = "20s"
         timeout = "{TIMEOUT}"
         [redis.scopes."openai/org"]
         mode = "{mode}"
@@ -118,10 +118,11 @@ fn a_lease_renewal_run_twice_refunds_once() {
     let (gov, route, clock) = governor(&proxy.url(), &prefix, "leased");
     // Leases of 1, 2, 4, 8, 16, then 32 of which one is used: 31 unused.
     assert_eq!(admit(&gov, &route, 32), 32);
-    // The lease runs late here (its 90% of 60 s), so the next acquire
-    // renews it, giving the 31 back; Redis runs that, and the connection
-    // drops before its reply arrives.
-    clock.advance(Duration::from_secs(55));
+    // The lease runs late here (its 90% of 20 s; the pooled connection,
+    // idle 19 s, is still reused), so the next acquire renews it, giving
+    // the 31 back; Redis runs that, and the connection drops before its
+    // reply arrives.
+    clock.advance(Duration::from_secs(19));
     proxy.cut_next_reply();
     let after = admit(&gov, &route, 2 * LIMIT);
     no_outage(&gov);
@@ -147,4 +148,57 @@ fn flushed_scripts_and_keys_are_no_outage() {
     assert_eq!(admit(&gov, &route, LIMIT), LIMIT / 2, "restarted at the safe share, not full");
     no_outage(&gov);
     assert_eq!(gov.health().state_resets, 1);
+}
+
+/// A settle whose connection Redis closed is run again without its refunds
+/// (run twice, they could be given twice): the slot is freed at once and
+/// the process does not degrade. Before, it degraded, and the slot stayed
+/// taken until its TTL.
+#[test]
+fn a_settle_on_a_closed_connection_frees_its_slot_without_an_outage() {
+    let Some(redis) = PrivateRedis::start("settle_closed", Listen::Plain, &[]) else { return };
+    let prefix = fresh_prefix("settle-closed");
+    let (gov, route, _) = governor(&redis.url(), &prefix, "exact");
+    let mut permit = gov.try_acquire(&route, Usage::new(1, 0)).unwrap();
+    let mut admin = redis::Client::open(redis.url()).unwrap().get_connection().unwrap();
+    let slots = format!("{{llmgov:{prefix}:openai/org}}:slots");
+    let taken = |admin: &mut redis::Connection| -> u64 { redis::cmd("ZCARD").arg(&slots).query(admin).unwrap() };
+    assert_eq!(taken(&mut admin), 1);
+    assert!(kill_clients(&mut admin) >= 1);
+    gov.settle(&mut permit, Usage::new(1, 0)).unwrap();
+    assert_eq!(taken(&mut admin), 0, "the slot is freed at once");
+    no_outage(&gov);
+}
+
+/// A connection idle past 30 s is not reused: servers and proxies close
+/// idle connections, and a settle sent on one would lose its refund.
+#[test]
+fn a_connection_idle_past_the_limit_is_replaced_before_a_settle_uses_it() {
+    let Some(redis) = PrivateRedis::start("idle_limit", Listen::Plain, &[]) else { return };
+    let text = format!(
+        r#"
+        [scopes."openai/org"]
+        limits = [{{ dimension = "tokens", amount = 1000, window = "1d" }}]
+        [redis]
+        url = "{}"
+        prefix = "{}"
+        expected_processes = 2
+        timeout = "{TIMEOUT}"
+        [redis.scopes."openai/org"]
+        mode = "exact"
+        "#,
+        redis.url(),
+        fresh_prefix("idle-limit")
+    );
+    let clock = Arc::new(ManualClock::new(0));
+    let gov = RedisGovernor::from_toml_with_clock(&text, clock.clone()).unwrap();
+    let route = gov.route(&["openai/org"]).unwrap();
+    let mut permit = gov.try_acquire(&route, Usage::new(100, 400)).unwrap(); // 500 of 1000
+                                                                             // A long request: its connection sits idle, and the server closes it.
+    clock.advance(Duration::from_secs(31));
+    let mut admin = redis::Client::open(redis.url()).unwrap().get_connection().unwrap();
+    assert!(kill_clients(&mut admin) >= 1);
+    gov.settle(&mut permit, Usage::new(100, 0)).unwrap(); // 400 back
+    assert_eq!(admit(&gov, &route, LIMIT), 900, "the refund reached Redis");
+    no_outage(&gov);
 }
