@@ -150,9 +150,15 @@ fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
+        // serde's message for an untagged enum names the Rust type, not
+        // what the API takes.
+        let inner = e.inner().to_string().replace(
+            "data did not match any variant of untagged enum Content",
+            "must be a string or an array of content parts ({\"type\": \"text\", \"text\": \"...\"}, ...)",
+        );
         match e.inner().classify() {
-            Category::Data if path != "." => format!("{path}: {}", e.inner()),
-            Category::Data => e.inner().to_string(),
+            Category::Data if path != "." => format!("{path}: {inner}"),
+            Category::Data => inner,
             Category::Syntax | Category::Eof | Category::Io => format!("invalid JSON body: {}", e.inner()),
         }
     })?;
@@ -215,6 +221,15 @@ mod tests {
 
     fn parse_anthropic(body: &str) -> Result<ChatRequest, String> {
         parse(ApiShape::Anthropic, &HeaderMap::new(), body.as_bytes(), 1024)
+    }
+
+    /// It said "data did not match any variant of untagged enum Content".
+    #[test]
+    fn a_content_of_the_wrong_type_says_what_is_taken() {
+        let err = parse_openai(r#"{"model":"m","messages":[{"role":"user","content":5}]}"#).unwrap_err();
+        assert!(err.starts_with("messages[0].content: must be a string or an array of content parts"), "{err}");
+        let err = parse_anthropic(r#"{"model":"m","max_tokens":5,"system":5,"messages":[]}"#).unwrap_err();
+        assert!(err.starts_with("system: must be a string or an array of content parts"), "{err}");
     }
 
     #[test]
