@@ -138,14 +138,18 @@ mod tests {
     }
 
     /// A tenth of a request a minute printed as "0.0", a sustainable rate
-    /// of nothing; 1000 tokens a minute of 0-token requests as "inf".
+    /// of nothing; a ceiling of 0-token requests on a token limit as "inf".
+    /// A plan that nothing bounds is refused, naming the sizes.
     #[test]
-    fn small_rates_keep_their_digits_and_infinite_ones_read_unbounded() {
+    fn small_rates_keep_their_digits_and_unbounded_plans_are_refused() {
         let daily = PlanInput { rpm: Some(0.05), ..seed_batch() }.plan().unwrap().to_string();
         assert!(daily.contains("sustainable: 0.0500 requests/min (rpm binds)"), "{daily}");
         let empty = PlanInput { rpm: None, avg_input: 0.0, avg_output: 0.0, ..seed_batch() };
-        let table = empty.plan().unwrap().to_string();
-        assert!(table.contains("sustainable: unbounded requests/min"), "{table}");
+        let err = empty.plan().unwrap_err().to_string();
+        assert!(err.contains("--avg-input/--avg-output") && err.contains("0/0"), "{err}");
+        let no_output = PlanInput { output_tpm: Some(1000.0), avg_output: 0.0, ..seed_batch() };
+        let table = no_output.plan().unwrap().to_string();
+        assert!(table.contains("output_tpm        unbounded"), "{table}");
         assert_eq!(rate(0.0012345), "0.00123");
         assert_eq!(rate(45.0), "45.0");
     }

@@ -84,7 +84,8 @@ pub struct Ceiling {
 /// The plan: every ceiling, the binding one, and the sustainable rate.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
-    /// Each set limit's ceiling, for average-sized requests.
+    /// Each set limit's ceiling, for average-sized requests (infinite for a
+    /// token limit such requests cost nothing on: no output, say).
     pub ceilings: Vec<Ceiling>,
     /// The lowest ceiling.
     pub binding: &'static str,
@@ -164,6 +165,15 @@ impl PlanInput {
         let lowest =
             |c: &[Ceiling]| c.iter().min_by(|a, b| a.rpm.total_cmp(&b.rpm)).cloned().expect("at least one limit");
         let binding = lowest(&ceilings);
+        if binding.rpm.is_infinite() {
+            return Err(Error::InvalidRequest {
+                field: "avg_input/avg_output",
+                value: format!("{}/{}", self.avg_input, self.avg_output),
+                reason: "every limit given counts tokens that such requests do not have, so none bounds them; give \
+                         the requests' sizes, or a rpm or concurrency limit"
+                    .to_owned(),
+            });
+        }
         let reserving = (self.p95_input.is_some() || self.p95_output.is_some()).then(|| {
             let input = self.p95_input.unwrap_or(self.avg_input);
             let output = self.p95_output.unwrap_or(self.avg_output);
@@ -227,5 +237,19 @@ mod tests {
         assert!(matches!(&err, Error::InvalidRequest { field: "utilisation", .. }), "{err}");
         let err = PlanInput { avg_output: f64::NAN, ..seed_batch() }.plan().unwrap_err();
         assert!(matches!(&err, Error::InvalidRequest { field: "avg_output", .. }), "{err}");
+    }
+
+    /// Found by the CLI audit: token limits only, for requests of no tokens,
+    /// planned an infinite rate (`null` in JSON) with `tpm` "binding".
+    #[test]
+    fn limits_that_requests_cost_nothing_on_bound_nothing() {
+        let unbounded = PlanInput { rpm: None, avg_input: 0.0, avg_output: 0.0, ..seed_batch() };
+        let err = unbounded.plan().unwrap_err();
+        assert!(matches!(&err, Error::InvalidRequest { field: "avg_input/avg_output", value, .. } if value == "0/0"));
+        // One such limit beside a limit that binds is only infinite.
+        let plan = PlanInput { output_tpm: Some(1000.0), avg_output: 0.0, ..seed_batch() }.plan().unwrap();
+        assert_eq!(plan.ceilings[2].limit, "output_tpm");
+        assert!(plan.ceilings[2].rpm.is_infinite());
+        assert_eq!((plan.binding, plan.sustainable_rpm), ("rpm", 60.0));
     }
 }
