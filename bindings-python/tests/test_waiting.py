@@ -5,7 +5,11 @@ the queue's refusals as exceptions."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
+import signal
 import threading
+import warnings
 from typing import Any
 
 import pytest
@@ -208,3 +212,54 @@ def test_the_interpreter_exits_cleanly_right_after_async_waits() -> None:
     for _ in range(3):
         done = subprocess.run([sys.executable, "-c", EXIT_RIGHT_AFTER_ASYNC_WAITS], capture_output=True, text=True)
         assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_after_the_timer_started_waits_and_drops_the_governor(tmp_path: Any) -> None:
+    """A process forked from one whose governor has made a request wait
+    (gunicorn --preload, multiprocessing with fork) inherits no timer thread,
+    only its handle and a condition variable that still queues the parent's
+    thread: no timer was started for the child's waiters, the first wake-up
+    handed the timer's lock to the missing thread (a deadlock), and dropping
+    the governor panicked joining it."""
+    gov = llmgov.Governor.from_dict(CONFIG, clock="manual")
+    gov.try_acquire("p").settle()
+
+    def wait_for_a_refill() -> None:
+        waiter = threading.Thread(target=lambda: gov.acquire_blocking("p", timeout=30).settle())
+        waiter.start()
+        for _ in range(5000):
+            if depth(gov) == 1:
+                break
+            threading.Event().wait(0.001)
+        gov.advance(1000)
+        waiter.join()
+
+    wait_for_a_refill()  # the parent's timer thread starts, then parks
+    stderr = tmp_path / "child-stderr"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads: the case under test
+        pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.dup2(os.open(stderr, os.O_WRONLY | os.O_CREAT), 2)
+            wait_for_a_refill()  # starts the child's own timer
+            del gov
+            gc.collect()
+            code = 0
+        finally:
+            os._exit(code)
+    for _ in range(1200):  # a deadlocked child fails the test after a minute
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        threading.Event().wait(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child deadlocked")
+    errors = stderr.read_text()
+    assert os.waitstatus_to_exitcode(status) == 0, errors
+    assert "panicked" not in errors, errors
+    wait_for_a_refill()  # the parent's timer is untouched

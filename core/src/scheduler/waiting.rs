@@ -12,7 +12,7 @@
 //! now and then: there, `wake_waiters` is what moves waiters.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::Waker;
 use std::time::Duration;
@@ -99,6 +99,18 @@ struct Timer {
     changed: Condvar,
 }
 
+impl Timer {
+    /// Wakes the timer thread to read its state again; called with the
+    /// state's lock released. In a process forked while the parent's timer
+    /// thread slept here, the condition variable still queues that thread,
+    /// which does not exist here: woken under the lock, it would be handed
+    /// the lock for good, and woken by `notify_one`, it would take the
+    /// wake-up meant for this process's own timer thread.
+    fn wake(&self) {
+        self.changed.notify_all();
+    }
+}
+
 #[derive(Debug, Default)]
 struct TimerState {
     at: Option<u64>,
@@ -110,7 +122,10 @@ struct TimerState {
 #[derive(Debug)]
 pub(crate) struct Waiting {
     queues: Arc<Queues>,
-    timer_started: AtomicBool,
+    /// The process the timer thread was started in (0 before it is). A
+    /// process forked from it has no such thread (threads do not survive
+    /// fork): it starts its own, and never joins its parent's.
+    timer_process: AtomicU32,
     /// The timer thread. It holds the queues, never this: so the last
     /// reference to this is dropped on a caller's thread, which joins it,
     /// and nothing of the timer outlives the governor (a C program exiting
@@ -150,7 +165,7 @@ impl Waiting {
             dirty: AtomicBool::new(false),
             timer: Timer::default(),
         };
-        Ok(Waiting { queues: Arc::new(queues), timer_started: AtomicBool::new(false), timer_thread: Mutex::new(None) })
+        Ok(Waiting { queues: Arc::new(queues), timer_process: AtomicU32::new(0), timer_thread: Mutex::new(None) })
     }
 
     /// Queues `request` and polls: see [`Scheduler::submit`].
@@ -190,16 +205,27 @@ impl Waiting {
         self.queues.with_lock(ledger, clock, |state| state.scheduler.metrics(now))
     }
 
+    /// Starts the timer thread in this process, if it has none yet. Only a
+    /// request that waits calls it, and `getpid` is one system call there.
     fn start_timer(&self, ledger: &Arc<Ledger>, clock: &Arc<dyn Clock>) {
-        if self.timer_started.swap(true, Ordering::SeqCst) {
+        let process = std::process::id();
+        if self.timer_process.load(Ordering::Acquire) == process {
             return;
         }
+        let mut thread = self.timer_thread.lock();
+        if self.timer_process.load(Ordering::Acquire) == process {
+            return;
+        }
+        // A handle copied from the process this one was forked from names
+        // a thread that is not here: it is never joined, nor detached.
+        std::mem::forget(thread.take());
         let (queues, ledger, clock) = (self.queues.clone(), Arc::downgrade(ledger), clock.clone());
         let handle = std::thread::Builder::new()
             .name("llmgov-waiting".into())
             .spawn(move || run_timer(&queues, &ledger, &*clock))
             .expect("spawning the waiting timer thread");
-        *self.timer_thread.lock() = Some(handle);
+        *thread = Some(handle);
+        self.timer_process.store(process, Ordering::Release);
     }
 }
 
@@ -375,8 +401,9 @@ impl Queues {
         // poll was most of the cost of a poll that changed nothing).
         let sooner = at.is_some_and(|at| timer.at.is_none_or(|old| at < old));
         timer.at = at;
+        drop(timer);
         if sooner {
-            self.timer.changed.notify_one();
+            self.timer.wake();
         }
         answered
     }
@@ -389,15 +416,20 @@ fn wake(answered: Vec<Waker>) {
 
 impl Drop for Waiting {
     fn drop(&mut self) {
+        let Some(handle) = self.timer_thread.get_mut().take() else { return };
+        if *self.timer_process.get_mut() != std::process::id() {
+            // Forked since the thread started: it, and any lock it held
+            // then, are the parent's; there is nothing here to stop.
+            std::mem::forget(handle);
+            return;
+        }
         self.queues.timer.state.lock().shutdown = true;
-        self.queues.timer.changed.notify_one();
+        self.queues.timer.wake();
         // The timer thread holds no reference to this; only a waker that
         // dropped its task inside `wake` could drop the last one there, and
         // that thread is returning anyway.
-        if let Some(handle) = self.timer_thread.get_mut().take() {
-            if handle.thread().id() != std::thread::current().id() {
-                let _ = handle.join();
-            }
+        if handle.thread().id() != std::thread::current().id() {
+            let _ = handle.join();
         }
     }
 }
