@@ -5,10 +5,12 @@
 //
 // Twelve concurrent requests wait their turn in the governor; none is
 // refused by the provider. gpt-4o at tier 1 allows 500 requests and 30,000
-// tokens a minute, and OpenAI also enforces that pro rata over seconds (as
-// the mock does with `enforce_every = "1s"`): 500 tokens a second. The
-// governor keeps 20% of each limit back, so that requests admitted together
-// but sent a little apart (a busy event loop) still fit the provider's window.
+// tokens a minute, and OpenAI also enforces the requests pro rata over
+// seconds (as the mock does with `enforce_every = "1s"`: about 8 a second).
+// This config spreads the tokens too, 500 a second, so that one burst never
+// spends the minute's tokens at once. The governor keeps 20% of each limit
+// back, so that requests admitted together but sent a little apart (a busy
+// event loop) still fit the provider's window.
 import OpenAI from 'openai';
 import llmgov from 'llmgov';
 
