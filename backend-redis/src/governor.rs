@@ -51,6 +51,9 @@ pub struct SharedPermit {
     outage: Option<(Box<[usize]>, Usage)>,
     holds: Vec<Hold>,
     reconciled: bool,
+    /// When it expires unsettled, on this process's clock: a local part's
+    /// own expiry, else the permit TTL from the acquire.
+    expires_at: u64,
 }
 
 impl SharedPermit {
@@ -303,6 +306,8 @@ impl Inner {
             Some(r) => Some(self.local.try_acquire(&request(r, estimate)).map_err(Error::from_core)?),
             None => None,
         };
+        let expires_at =
+            local.as_ref().map_or_else(|| self.clock.now().saturating_add(self.permit_ttl_ns), Permit::expires_at);
         let mut permit = SharedPermit {
             owner: self.owner,
             local,
@@ -310,6 +315,7 @@ impl Inner {
             outage: None,
             holds: Vec::new(),
             reconciled: false,
+            expires_at,
         };
         let Some(fallback_route) = route.fallback else { return Ok(permit) };
         let now = self.clock.now();
@@ -451,6 +457,11 @@ impl Inner {
             usage.validate()?;
         }
         permit.reconciled = true;
+        if self.clock.now() >= permit.expires_at {
+            // As the core's permits: charged as estimated, and what it held
+            // lapses on its own (slots are no longer heart-beaten).
+            return Err(llmgov::Error::PermitExpired.into());
+        }
         for (governor, part) in [(&self.local, &mut permit.local), (&self.fallback, &mut permit.fallback)] {
             if let Some(p) = part.as_mut() {
                 match actual {
