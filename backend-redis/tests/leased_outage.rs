@@ -7,9 +7,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{fresh_prefix, Listen, PrivateRedis, ReplyDroppingProxy};
-use llmgov::{ManualClock, Usage};
-use llmgov_redis::{Error, RedisGovernor, SharedRoute};
+use common::{admit, fresh_prefix, Listen, PrivateRedis, ReplyDroppingProxy};
+use llmgov::ManualClock;
+use llmgov_redis::RedisGovernor;
 
 const LIMIT: u64 = 1000;
 
@@ -29,22 +29,6 @@ fn config(url: &str, prefix: &str) -> String {
         mode = "leased"
         "#
     )
-}
-
-/// Acquires and settles up to `most` requests; how many passed.
-fn admit(gov: &RedisGovernor, route: &SharedRoute, most: u64) -> u64 {
-    let mut admitted = 0;
-    while admitted < most {
-        match gov.try_acquire(route, Usage::new(1, 0)) {
-            Ok(mut permit) => {
-                gov.settle(&mut permit, Usage::new(1, 0)).unwrap();
-                admitted += 1;
-            }
-            Err(Error::RateLimited { .. }) => break,
-            Err(other) => panic!("unexpected {other}"),
-        }
-    }
-    admitted
 }
 
 #[test]

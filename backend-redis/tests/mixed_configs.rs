@@ -7,8 +7,8 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{fresh_prefix, redis_url, TIMEOUT};
-use llmgov::{ManualClock, Usage};
+use common::{admit, fresh_prefix, redis_url, TIMEOUT};
+use llmgov::ManualClock;
 use llmgov_redis::{Error, RedisGovernor, SharedRoute};
 
 const REQUESTS: &str = r#"{ dimension = "requests", amount = 10, window = "1d" }"#;
@@ -35,22 +35,6 @@ fn governor(text: &str) -> (RedisGovernor, SharedRoute) {
     let gov = RedisGovernor::from_toml_with_clock(text, Arc::new(ManualClock::new(0))).unwrap();
     let route = gov.route(&["openai/org"]).unwrap();
     (gov, route)
-}
-
-/// Acquires and settles up to `most` requests of one token; how many passed.
-fn admit(gov: &RedisGovernor, route: &SharedRoute, most: u64) -> u64 {
-    let mut admitted = 0;
-    while admitted < most {
-        match gov.try_acquire(route, Usage::new(1, 0)) {
-            Ok(mut permit) => {
-                gov.settle(&mut permit, Usage::new(1, 0)).unwrap();
-                admitted += 1;
-            }
-            Err(Error::RateLimited { .. }) => break,
-            Err(other) => panic!("unexpected {other}"),
-        }
-    }
-    admitted
 }
 
 #[test]

@@ -279,3 +279,20 @@ impl ReplyDroppingProxy {
         format!("redis://127.0.0.1:{}", self.port)
     }
 }
+
+/// Acquires and settles up to `most` requests of one token on `route`; how
+/// many passed before the first refusal.
+pub fn admit(gov: &llmgov_redis::RedisGovernor, route: &llmgov_redis::SharedRoute, most: u64) -> u64 {
+    let mut admitted = 0;
+    while admitted < most {
+        match gov.try_acquire(route, llmgov::Usage::new(1, 0)) {
+            Ok(mut permit) => {
+                gov.settle(&mut permit, llmgov::Usage::new(1, 0)).unwrap();
+                admitted += 1;
+            }
+            Err(llmgov_redis::Error::RateLimited { .. }) => break,
+            Err(other) => panic!("unexpected {other}"),
+        }
+    }
+    admitted
+}
