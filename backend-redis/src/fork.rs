@@ -4,41 +4,15 @@
 //! held slots, and the handle of a keeper thread that was not copied. Used
 //! as is, parent and child took one slot for two requests in flight, the
 //! child returned the parent's lease at exit while the parent served it on,
-//! and the child panicked joining the missing thread. A `pthread_atfork`
-//! hook counts forks, so a governor sees it is in a new process with one
-//! atomic load, and first lets go of what belongs to its parent.
+//! and the child panicked joining the missing thread. The core's fork
+//! count ([`llmgov::fork`]) shows a governor it is in a new process with
+//! one atomic load, and it first lets go of what belongs to its parent.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
+
+pub(crate) use llmgov::fork::{generation, watch};
 
 use crate::governor::{random_id, Inner, RedisGovernor};
-
-/// Forks this process has gone through, counted in each child.
-static GENERATION: AtomicU64 = AtomicU64::new(0);
-
-#[cfg(unix)]
-extern "C" fn in_child() {
-    // Runs in the child right after fork: only async-signal-safe work.
-    GENERATION.fetch_add(1, Ordering::Release);
-}
-
-/// Installs the hook, once per process.
-pub(crate) fn watch() {
-    #[cfg(unix)]
-    {
-        static HOOK: std::sync::Once = std::sync::Once::new();
-        // SAFETY: the handler only increments an atomic, which is
-        // async-signal-safe, as code run in a child after fork must be.
-        HOOK.call_once(|| unsafe {
-            libc::pthread_atfork(None, None, Some(in_child));
-        });
-    }
-}
-
-/// How many forks lie between the process that started and this one.
-#[inline]
-pub(crate) fn generation() -> u64 {
-    GENERATION.load(Ordering::Acquire)
-}
 
 impl RedisGovernor {
     /// In a process forked since this governor last ran: lets go of what

@@ -46,6 +46,7 @@ mod dimension;
 mod error;
 pub mod events;
 pub mod feedback;
+pub mod fork;
 mod governor;
 pub mod ledger;
 mod metrics;

@@ -12,7 +12,7 @@
 //! now and then: there, `wake_waiters` is what moves waiters.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::Waker;
 use std::time::Duration;
@@ -122,10 +122,11 @@ struct TimerState {
 #[derive(Debug)]
 pub(crate) struct Waiting {
     queues: Arc<Queues>,
-    /// The process the timer thread was started in (0 before it is). A
-    /// process forked from it has no such thread (threads do not survive
-    /// fork): it starts its own, and never joins its parent's.
-    timer_process: AtomicU32,
+    /// The fork generation (see [`crate::fork`]) the timer thread was
+    /// started in, plus one (0 before it is). A process forked from it has
+    /// no such thread (threads do not survive fork): it starts its own, and
+    /// never joins its parent's.
+    timer_generation: AtomicU64,
     /// The timer thread. It holds the queues, never this: so the last
     /// reference to this is dropped on a caller's thread, which joins it,
     /// and nothing of the timer outlives the governor (a C program exiting
@@ -157,6 +158,7 @@ pub(crate) enum Entry {
 
 impl Waiting {
     pub fn new(config: &Config) -> Result<Self> {
+        crate::fork::watch();
         let state = State { scheduler: Scheduler::new(config)?, slots: HashMap::new(), outcomes: Vec::new() };
         let queues = Queues {
             ceilings: state.scheduler.has_ceilings(),
@@ -165,7 +167,7 @@ impl Waiting {
             dirty: AtomicBool::new(false),
             timer: Timer::default(),
         };
-        Ok(Waiting { queues: Arc::new(queues), timer_process: AtomicU32::new(0), timer_thread: Mutex::new(None) })
+        Ok(Waiting { queues: Arc::new(queues), timer_generation: AtomicU64::new(0), timer_thread: Mutex::new(None) })
     }
 
     /// Queues `request` and polls: see [`Scheduler::submit`].
@@ -205,15 +207,14 @@ impl Waiting {
         self.queues.with_lock(ledger, clock, |state| state.scheduler.metrics(now))
     }
 
-    /// Starts the timer thread in this process, if it has none yet. Only a
-    /// request that waits calls it, and `getpid` is one system call there.
+    /// Starts the timer thread in this process, if it has none yet.
     fn start_timer(&self, ledger: &Arc<Ledger>, clock: &Arc<dyn Clock>) {
-        let process = std::process::id();
-        if self.timer_process.load(Ordering::Acquire) == process {
+        let generation = crate::fork::generation() + 1;
+        if self.timer_generation.load(Ordering::Acquire) == generation {
             return;
         }
         let mut thread = self.timer_thread.lock();
-        if self.timer_process.load(Ordering::Acquire) == process {
+        if self.timer_generation.load(Ordering::Acquire) == generation {
             return;
         }
         // A handle copied from the process this one was forked from names
@@ -225,7 +226,7 @@ impl Waiting {
             .spawn(move || run_timer(&queues, &ledger, &*clock))
             .expect("spawning the waiting timer thread");
         *thread = Some(handle);
-        self.timer_process.store(process, Ordering::Release);
+        self.timer_generation.store(generation, Ordering::Release);
     }
 }
 
@@ -417,7 +418,7 @@ fn wake(answered: Vec<Waker>) {
 impl Drop for Waiting {
     fn drop(&mut self) {
         let Some(handle) = self.timer_thread.get_mut().take() else { return };
-        if *self.timer_process.get_mut() != std::process::id() {
+        if *self.timer_generation.get_mut() != crate::fork::generation() + 1 {
             // Forked since the thread started: it, and any lock it held
             // then, are the parent's; there is nothing here to stop.
             std::mem::forget(handle);
