@@ -92,6 +92,19 @@ fn write_config(name: &str, toml: &str) -> PathBuf {
     path
 }
 
+/// Runs `llmgov mock-server` on a config it should refuse at load, until
+/// it exits; its output, and the config's path (removed by then).
+fn refused_config(name: &str, toml: &str) -> (std::process::Output, PathBuf) {
+    let config = write_config(name, toml);
+    let output = Command::new(env!("CARGO_BIN_EXE_llmgov"))
+        .args(["mock-server", "--config"])
+        .arg(&config)
+        .output()
+        .expect("the llmgov binary starts");
+    let _ = std::fs::remove_file(&config);
+    (output, config)
+}
+
 fn openai_config(limits: &str) -> String {
     format!("{FAST}\n[openai]\nshape = \"openai\"\nlimits = [{limits}]\n{LATENCY}")
 }
@@ -427,13 +440,7 @@ async fn an_api_without_a_provider_answers_404_in_its_shape() {
 
 #[test]
 fn a_bad_config_stops_the_server_naming_file_field_and_value() {
-    let config = write_config("bad", "[anthropic]\nshape = \"openai\"\n");
-    let output = Command::new(env!("CARGO_BIN_EXE_llmgov"))
-        .args(["mock-server", "--config"])
-        .arg(&config)
-        .output()
-        .expect("the llmgov binary starts");
-    let _ = std::fs::remove_file(&config);
+    let (output, config) = refused_config("bad", "[anthropic]\nshape = \"openai\"\n");
     assert!(!output.status.success());
     assert!(output.stdout.is_empty(), "no address line");
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -445,16 +452,10 @@ fn a_bad_config_stops_the_server_naming_file_field_and_value() {
 /// with a large `max_tokens` had the server build terabytes of filler text.
 #[test]
 fn an_answer_length_past_a_million_tokens_is_refused_at_load() {
-    let config = write_config(
+    let (output, _) = refused_config(
         "huge-answers",
         "[server]\noutput_tokens = { min = 1, max = 1000000000000 }\n[openai]\nshape = \"openai\"\n",
     );
-    let output = Command::new(env!("CARGO_BIN_EXE_llmgov"))
-        .args(["mock-server", "--config"])
-        .arg(&config)
-        .output()
-        .expect("the llmgov binary starts");
-    let _ = std::fs::remove_file(&config);
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("`server.output_tokens.max` = `1000000000000`: must be at most 1000000"), "{stderr}");
