@@ -92,7 +92,7 @@ struct State {
     outcomes: Vec<Outcome>,
 }
 
-/// When the timer thread polls next (`u64::MAX`: on no time).
+/// When the timer thread polls next (`at`: `None` when nothing waits on time).
 #[derive(Debug, Default)]
 struct Timer {
     state: Mutex<TimerState>,
