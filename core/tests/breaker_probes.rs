@@ -80,3 +80,31 @@ fn a_probe_given_back_after_losing_another_is_free_again() {
     }
     assert_eq!(held_shut, 0, "`a` held shut with no probe out in {held_shut} of {races} races");
 }
+
+/// The transports report a refused answer, then cancel its permit (the
+/// provider served nothing). For a probe, the report reopens the breaker
+/// for the next, longer pause; the cancel must not hand the probe back as
+/// if the request had never been sent. On the manual clock both happen at
+/// the instant the probe was acquired, where the reopened pause's end is
+/// the very value the cancel looked for.
+#[test]
+fn a_probe_refused_then_cancelled_keeps_the_longer_pause() {
+    let config = Config::from_value(json!({
+        "adaptive": {"breaker": {"failures": 1, "pauses": ["30s", "2m"]}},
+        "scopes": {"a": {"provider": true, "limits": [{"dimension": "requests", "amount": 1000, "window": "1m"}]}}
+    }))
+    .unwrap();
+    let ledger = Ledger::new(&config).unwrap();
+    let route = ledger.route(&["a"]).unwrap();
+    ledger.observe(route, &failure(), 0).unwrap();
+    let now = 30 * SEC;
+    let mut probe = ledger.try_acquire(&Request::new(route), now).expect("the pause is over: the probe goes");
+    ledger.report(&probe, &failure(), now).unwrap();
+    ledger.cancel(&mut probe, now).unwrap();
+    match ledger.try_acquire(&Request::new(route), now) {
+        Err(Error::CircuitOpen { retry_after, .. }) => {
+            assert_eq!(retry_after, std::time::Duration::from_secs(120), "the second pause, in full")
+        }
+        other => panic!("the failed probe reopened the breaker for 2 minutes, got {other:?}"),
+    }
+}

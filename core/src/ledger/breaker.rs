@@ -89,6 +89,13 @@ impl Breaker {
     /// Reopens the probe if the breaker is still held by the probe that
     /// set `hold` (an answer, or a later probe, has moved it on otherwise).
     fn give_back(&self, hold: u64, to: u64) {
+        // An answer clears `probing` as it moves the breaker on. A failure
+        // answered at the instant the probe was claimed reopens it until
+        // exactly `hold` (the next pause from the same `now`), so the time
+        // alone cannot tell that the probe already answered.
+        if !self.probing.load(Ordering::Acquire) {
+            return;
+        }
         if self.open_until.compare_exchange(hold, to, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             self.probing.store(false, Ordering::Release);
         }
