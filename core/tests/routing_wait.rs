@@ -123,3 +123,32 @@ fn a_budget_threshold_crossed_while_waiting_refuses_and_holds_nothing() {
     let tenant = gov.scope_snapshot(gov.scope_id("tenants/acme").unwrap()).unwrap();
     assert_eq!(tenant.limit(Dimension::Cost).unwrap().in_use, 350_000, "the waiter's permit was cancelled");
 }
+
+/// The thresholds are checked against the spend before the request, as
+/// `try_acquire_profile` checks them: a waiter's own reservation, taken
+/// once admitted, must not count against it.
+#[test]
+fn a_waiters_own_reservation_does_not_cross_a_threshold_for_it() {
+    let (gov, clock) = governor(json!({
+        "pricing": {"gpt-4o": {"input": 2.5, "output": 10.0}},
+        "scopes": {
+            "openai/gpt-4o": {"provider": true, "pricing": "gpt-4o", "limits": [{"dimension": "tokens", "amount": 150_000, "window": "1m"}]},
+            "tenants/*": {"limits": [{"dimension": "cost", "budget": 1.0, "window": "1d"}]},
+        },
+        "profiles": {"gpt-4o": {"deployments": ["openai/gpt-4o"], "budget": {"refuse_at": 0.3}}},
+    }));
+    let profile = gov.profile("gpt-4o", &["tenants/acme"]).unwrap();
+    // 100k input: 0.25 each, so the spend before the second is 0.25, below 0.3.
+    let request = Request::new(profile.primary()).input_tokens(100_000);
+    gov.try_acquire_profile(&profile, &request).unwrap();
+    let mut waiting = Box::pin(gov.acquire_profile(&profile, &request));
+    assert!(poll(&mut waiting).is_pending(), "50k tokens left of 150k a minute");
+    clock.advance(Duration::from_secs(20));
+    gov.wake_waiters();
+    match poll(&mut waiting) {
+        Poll::Ready(Ok(routed)) => assert_eq!(&*routed.deployment, "openai/gpt-4o"),
+        other => panic!("admitted as try_acquire_profile would have admitted it, got {other:?}"),
+    }
+    let tenant = gov.scope_snapshot(gov.scope_id("tenants/acme").unwrap()).unwrap();
+    assert_eq!(tenant.limit(Dimension::Cost).unwrap().in_use, 500_000);
+}

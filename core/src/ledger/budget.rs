@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
-use super::permit::Route;
+use super::permit::{Permit, PermitState, Route};
 use super::registry::ScopeIndex;
 use super::Ledger;
+use crate::dimension::Costs;
 use crate::{Dimension, Error, Result};
 
 /// The most spent `cost` budget on a route.
@@ -20,9 +21,15 @@ pub(crate) struct Spent {
 
 impl Ledger {
     /// The most spent of the `cost` budgets on `route` at `now`, or `None`
-    /// when it has none.
-    pub(crate) fn budget_spent(&self, route: Route, now: u64) -> Result<Option<Spent>> {
+    /// when it has none. With `own`, a permit pending on `route`, what it
+    /// reserved is left out: the spend as it stood before its request, as
+    /// a threshold is checked for a request not yet admitted.
+    pub(crate) fn budget_spent(&self, route: Route, own: Option<&Permit>, now: u64) -> Result<Option<Spent>> {
         self.check_route(route)?;
+        let entry = self.registry.route_entry(route.id);
+        let pending = |p: &&Permit| p.route == route && p.state == PermitState::Pending;
+        let own_costs =
+            own.filter(pending).map(|p| Costs::of(&p.charged, p.charged_expected_output, entry.price.as_ref()));
         let mut most: Option<Spent> = None;
         for scope in self.registry.route(route.id) {
             for (l, (limit, bucket)) in scope.limits.iter().zip(scope.buckets.iter()).enumerate() {
@@ -30,7 +37,9 @@ impl Ledger {
                     continue;
                 }
                 let (available, _) = limit.usage_at(bucket, now, self.ttl, scope.pace(l));
-                let fraction = (limit.amount as f64 - available as f64) / limit.amount as f64;
+                let reserved = own_costs.as_ref().map_or(0, |costs| limit.cost(costs));
+                let spent = limit.amount as f64 - available as f64 - reserved as f64;
+                let fraction = spent / limit.amount as f64;
                 if most.is_none_or(|m| fraction > m.fraction) {
                     most = Some(Spent { fraction, scope: scope.index, limit: l });
                 }

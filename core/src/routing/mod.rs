@@ -264,7 +264,7 @@ impl Governor {
         let (mut degrade, mut wait) = (false, None);
         for (_, i) in ranked {
             let (deployment, route) = &link.deployments[i];
-            let outcome = match self.budget_verdict(link, *route, may_leave, now) {
+            let outcome = match self.budget_verdict(link, *route, may_leave, None, now) {
                 Ok(Verdict::Degrade(error)) => {
                     degrade = true;
                     Err(error)
@@ -305,10 +305,18 @@ impl Governor {
         Err(Refusal { error: refusal.expect("a profile has at least one deployment"), degrade, wait })
     }
 
-    /// What the profile's budget thresholds say of a deployment's route.
-    fn budget_verdict(&self, link: &Link, route: Route, may_leave: bool, now: u64) -> Result<Verdict> {
+    /// What the profile's budget thresholds say of a deployment's route,
+    /// leaving out what `own` (a permit admitted on it) reserved.
+    fn budget_verdict(
+        &self,
+        link: &Link,
+        route: Route,
+        may_leave: bool,
+        own: Option<&Permit>,
+        now: u64,
+    ) -> Result<Verdict> {
         let Some(thresholds) = &link.budget else { return Ok(Verdict::Go) };
-        let Some(spent) = self.ledger().budget_spent(route, now)? else { return Ok(Verdict::Go) };
+        let Some(spent) = self.ledger().budget_spent(route, own, now)? else { return Ok(Verdict::Go) };
         let refusal = |at: f64| self.ledger().budget_refusal(&spent, at, now);
         if let Some(at) = thresholds.refuse_at.filter(|&at| spent.fraction >= at) {
             return Ok(Verdict::Refuse(refusal(at)));

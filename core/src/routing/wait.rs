@@ -61,9 +61,16 @@ impl Governor {
     pub fn admit_waited(&self, wait: ProfileWait, mut permit: Permit) -> Result<Routed> {
         let target = *wait.target;
         let now = self.clock().now();
-        let verdict = self.budget_verdict(&target.link, target.route, target.may_leave, now);
+        // Judged as the spend stood before this request, as an admission
+        // without waiting judges it: its own reservation crosses nothing.
+        let verdict = self.budget_verdict(&target.link, target.route, target.may_leave, Some(&permit), now);
         if let Ok(Verdict::Degrade(error) | Verdict::Refuse(error)) | Err(error) = verdict {
             self.cancel(&mut permit)?;
+            // When to come back, now that its reservation is gone.
+            let error = match self.budget_verdict(&target.link, target.route, target.may_leave, None, now) {
+                Ok(Verdict::Degrade(later) | Verdict::Refuse(later)) => later,
+                _ => error,
+            };
             self.refused(&error, &wait.request);
             return Err(error);
         }
