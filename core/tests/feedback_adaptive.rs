@@ -344,3 +344,14 @@ fn a_request_that_cannot_outwait_an_open_breaker_is_refused_at_once() {
     assert_eq!(circuit_open(gov.acquire_blocking(&impatient, None)), Duration::from_secs(30));
     assert_eq!(gov.queue_metrics().depth, 0, "nobody waits for a failure");
 }
+
+/// No decrease has happened yet when the clock is young: a 429 observed
+/// without its permit in the governor's first second is news too.
+#[test]
+fn a_429_observed_in_the_first_second_lowers_the_rate() {
+    let (gov, clock, route) = tokens_600(json!({}));
+    clock.advance(Duration::from_millis(500));
+    let refused = classify_response(429, &[("retry-after", "1")], RATE_LIMITED_TOKENS, ProviderHint::OpenAi, 0);
+    gov.observe(route, &refused).unwrap();
+    assert_eq!(effective(&gov, Dimension::Tokens), 420, "600 × 0.7");
+}

@@ -32,7 +32,8 @@ const MINUTE_NS: f64 = 60e9;
 #[derive(Debug)]
 pub(crate) struct Pace {
     word: AtomicU64,
-    /// When the rate last fell: 429s for requests sent before it are old news.
+    /// When the rate last fell (0: never): 429s for requests sent before
+    /// it are old news.
     decreased_at: AtomicU64,
     /// When the rate last changed: it grows at most one step per window.
     changed_at: AtomicU64,
@@ -163,7 +164,8 @@ impl Pace {
         let last = self.decreased_at.load(Ordering::Relaxed);
         let news = match sent_at {
             Some(sent) => sent >= last,
-            None => now >= last.saturating_add(DECREASE_GAP_NS),
+            // 0: no decrease yet (one stores at least 1), so no gap to keep.
+            None => last == 0 || now >= last.saturating_add(DECREASE_GAP_NS),
         };
         if !news || self.decreased_at.compare_exchange(last, now.max(1), Ordering::AcqRel, Ordering::Relaxed).is_err() {
             return false;
