@@ -108,3 +108,31 @@ fn a_probe_refused_then_cancelled_keeps_the_longer_pause() {
         other => panic!("the failed probe reopened the breaker for 2 minutes, got {other:?}"),
     }
 }
+
+/// A success of a request sent before the breaker opened says how the
+/// provider was then, as its failure would (which is old news): only the
+/// probe's answer closes the breaker.
+#[test]
+fn a_late_success_from_before_the_opening_does_not_close_the_breaker() {
+    let config = Config::from_value(json!({
+        "adaptive": {"breaker": {"failures": 1, "pauses": ["30s", "2m"]}},
+        "scopes": {"a": {"provider": true, "limits": [{"dimension": "requests", "amount": 1000, "window": "1m"}]}}
+    }))
+    .unwrap();
+    let ledger = Ledger::new(&config).unwrap();
+    let route = ledger.route(&["a"]).unwrap();
+    let old = ledger.try_acquire(&Request::new(route), SEC).unwrap();
+    ledger.observe(route, &failure(), 2 * SEC).unwrap();
+    let probe = ledger.try_acquire(&Request::new(route), 32 * SEC).expect("the pause is over: the probe goes");
+    let success = classify_response(200, &[("x", "y")], b"{}", ProviderHint::Auto, 0);
+    ledger.report(&old, &success, 33 * SEC).unwrap();
+    assert!(
+        matches!(ledger.try_acquire(&Request::new(route), 33 * SEC), Err(Error::CircuitOpen { .. })),
+        "still half-open: the probe has not answered"
+    );
+    ledger.report(&probe, &failure(), 34 * SEC).unwrap();
+    match ledger.try_acquire(&Request::new(route), 34 * SEC) {
+        Err(Error::CircuitOpen { retry_after, .. }) => assert_eq!(retry_after, std::time::Duration::from_secs(120)),
+        other => panic!("the probe's failure reopens for the second pause, got {other:?}"),
+    }
+}

@@ -134,10 +134,14 @@ impl Breaker {
         true
     }
 
-    /// A success. Returns whether it closed the breaker (the probe's answer).
-    pub fn succeeded(&self) -> bool {
+    /// A success of a request sent at `sent_at` (`None`: unknown). Returns
+    /// whether it closed the breaker (the probe's answer).
+    pub fn succeeded(&self, sent_at: Option<u64>) -> bool {
         self.failures.store(0, Ordering::Relaxed);
-        if !self.probing.swap(false, Ordering::AcqRel) {
+        // Sent before the breaker opened: how the provider was then, old
+        // news as that request's failure would be. The probe decides.
+        let before_opening = sent_at.is_some_and(|sent| sent < self.opened_at.load(Ordering::Acquire));
+        if before_opening || !self.probing.swap(false, Ordering::AcqRel) {
             return false;
         }
         self.level.store(0, Ordering::Relaxed);

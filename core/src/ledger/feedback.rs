@@ -137,7 +137,7 @@ impl Ledger {
         for scope in self.registry.route(route.id) {
             let Some(adaptation) = scope.adaptation.as_deref() else { continue };
             let reopened = match verdict(feedback) {
-                Some(true) => adaptation.breaker.succeeded(),
+                Some(true) => adaptation.breaker.succeeded(sent_at),
                 Some(false) => {
                     if adaptation.breaker.failed(adaptive, sent_at, now) {
                         changes.push(BreakerChange { scope: scope.path.clone(), open: true });
