@@ -136,3 +136,30 @@ fn a_late_success_from_before_the_opening_does_not_close_the_breaker() {
         other => panic!("the probe's failure reopens for the second pause, got {other:?}"),
     }
 }
+
+/// Failures of requests sent before the breaker last opened are the
+/// outage it already answered: once the probe has closed it, they do not
+/// count towards opening it again.
+#[test]
+fn late_failures_from_before_the_opening_do_not_reopen_a_closed_breaker() {
+    let config = Config::from_value(json!({
+        "adaptive": {"breaker": {"failures": 2, "pauses": ["30s"]}},
+        "scopes": {"a": {"provider": true, "limits": [{"dimension": "requests", "amount": 1000, "window": "1m"}]}}
+    }))
+    .unwrap();
+    let ledger = Ledger::new(&config).unwrap();
+    let route = ledger.route(&["a"]).unwrap();
+    let in_flight: Vec<_> = (0..3).map(|_| ledger.try_acquire(&Request::new(route), SEC).unwrap()).collect();
+    ledger.report(&in_flight[0], &failure(), 2 * SEC).unwrap();
+    ledger.observe(route, &failure(), 2 * SEC).unwrap();
+    assert!(matches!(ledger.try_acquire(&Request::new(route), 2 * SEC), Err(Error::CircuitOpen { .. })));
+    let probe = ledger.try_acquire(&Request::new(route), 32 * SEC).expect("the pause is over: the probe goes");
+    let success = classify_response(200, &[("x", "y")], b"{}", ProviderHint::Auto, 0);
+    ledger.report(&probe, &success, 33 * SEC).unwrap();
+    ledger.report(&in_flight[1], &failure(), 34 * SEC).unwrap();
+    ledger.report(&in_flight[2], &failure(), 35 * SEC).unwrap();
+    assert!(
+        ledger.try_acquire(&Request::new(route), 35 * SEC).is_ok(),
+        "two failures of requests sent before the opening are old news"
+    );
+}

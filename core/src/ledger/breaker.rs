@@ -1,6 +1,7 @@
 //! The circuit breaker of one provider scope: consecutive failures (429s,
 //! 5xx, 529) open it for escalating pauses; then one probe goes through,
-//! and its success closes it.
+//! and its success closes it. Answers dated before it last opened (by their
+//! permit) are of the outage that opened it: they change nothing.
 //!
 //! `try_acquire` reads one atomic word (`open_until`, 0 while closed) and,
 //! after a pause, races to claim the probe with one compare-and-swap. The
@@ -109,6 +110,11 @@ impl Breaker {
     /// A failure of a request sent at `sent_at` (`None`: unknown). Returns
     /// whether the breaker opened (or reopened after a failed probe).
     pub fn failed(&self, adaptive: &Adaptive, sent_at: Option<u64>, now: u64) -> bool {
+        // Sent before it last opened: part of the outage that opening
+        // answered, whether the breaker is still open or closed since.
+        if sent_at.is_some_and(|sent| sent < self.opened_at.load(Ordering::Acquire)) {
+            return false;
+        }
         if self.open_until.load(Ordering::Acquire) == 0 {
             let failures = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
             if failures < adaptive.failures {
@@ -118,8 +124,7 @@ impl Breaker {
             return self.open(adaptive, now);
         }
         // Open: only the probe's failure is news.
-        let after_opening = sent_at.is_none_or(|sent| sent >= self.opened_at.load(Ordering::Acquire));
-        if !(after_opening && self.probing.swap(false, Ordering::AcqRel)) {
+        if !self.probing.swap(false, Ordering::AcqRel) {
             return false;
         }
         let level = self.level.load(Ordering::Relaxed).saturating_add(1);
@@ -137,11 +142,13 @@ impl Breaker {
     /// A success of a request sent at `sent_at` (`None`: unknown). Returns
     /// whether it closed the breaker (the probe's answer).
     pub fn succeeded(&self, sent_at: Option<u64>) -> bool {
+        // Sent before the breaker last opened: how the provider was then,
+        // old news as that request's failure is. The probe decides.
+        if sent_at.is_some_and(|sent| sent < self.opened_at.load(Ordering::Acquire)) {
+            return false;
+        }
         self.failures.store(0, Ordering::Relaxed);
-        // Sent before the breaker opened: how the provider was then, old
-        // news as that request's failure would be. The probe decides.
-        let before_opening = sent_at.is_some_and(|sent| sent < self.opened_at.load(Ordering::Acquire));
-        if before_opening || !self.probing.swap(false, Ordering::AcqRel) {
+        if !self.probing.swap(false, Ordering::AcqRel) {
             return false;
         }
         self.level.store(0, Ordering::Relaxed);
