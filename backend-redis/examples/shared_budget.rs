@@ -1,6 +1,8 @@
 //! One provider budget shared through Redis: an exact scope, a leased one,
-//! a local tenant scope, and the health reading.
+//! a local tenant scope, a wait refused at once, and the health reading.
 //! Run: `LLMGOV_REDIS_URL=redis://127.0.0.1:6379 cargo run -p llmgov-redis --example shared_budget`
+
+use std::time::Duration;
 
 use llmgov::Usage;
 use llmgov_redis::{Error, RedisGovernor};
@@ -53,6 +55,15 @@ fn main() -> Result<(), Error> {
             }
             Err(other) => return Err(other),
         }
+    }
+    // Waiting: the refusing limit says when it could admit; a wait that
+    // long would outlast this timeout, so it is refused at once.
+    match gov.acquire_blocking(&mini, Usage::new(100, 100), Some(Duration::from_millis(100))) {
+        Err(Error::DeadlineExceeded { retry_after: Some(wait), .. }) => {
+            println!("a 100 ms wait is too short: the next mini request passes in {wait:?}");
+        }
+        Ok(mut permit) => gov.settle(&mut permit, Usage::new(100, 40))?,
+        Err(other) => return Err(other),
     }
     let health = gov.health();
     println!(

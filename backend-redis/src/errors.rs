@@ -46,6 +46,16 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// [`crate::RedisGovernor::acquire_blocking`] was not admitted within
+    /// its timeout: refused at once when the refusing limit's predicted
+    /// wait was already longer, or when the timeout came. Nothing is reserved.
+    #[error("deadline exceeded after waiting {} ms{}", llmgov::ceil_ms(*.waited), fmt_retry(.retry_after))]
+    DeadlineExceeded {
+        /// How long it waited; zero when refused at once.
+        waited: Duration,
+        /// The refusing limit's predicted wait from now, if it named one.
+        retry_after: Option<Duration>,
+    },
     /// The permit was already settled or cancelled.
     #[error("permit already reconciled")]
     AlreadyReconciled,
@@ -61,6 +71,7 @@ impl Error {
             Error::RateLimited { .. } => "rate_limited",
             Error::NeverFits { .. } => "never_fits",
             Error::InvalidConfig { .. } => "invalid_config",
+            Error::DeadlineExceeded { .. } => "deadline_exceeded",
             Error::AlreadyReconciled => "already_reconciled",
             Error::Core(core) => core.code(),
         }
@@ -81,6 +92,14 @@ impl Error {
             }
             other => Error::Core(other),
         }
+    }
+}
+
+/// The core's wording for when to retry a request that waited in vain.
+fn fmt_retry(retry_after: &Option<Duration>) -> String {
+    match retry_after {
+        Some(d) => format!("; retry after {} ms", llmgov::ceil_ms(*d)),
+        None => "; retry when an in-flight request finishes".to_owned(),
     }
 }
 

@@ -71,11 +71,13 @@ mod outage;
 pub mod settings;
 mod shared;
 mod store;
+mod waiting;
 
 pub use errors::{Error, Result};
 pub use governor::{RedisGovernor, SharedPermit, SharedRoute};
 pub use health::Health;
 pub use settings::{Mode, Settings};
+pub use waiting::{Wait, FIRST_POLL, MAX_POLL};
 
 /// The README's examples, compiled and run as doc tests (they return early
 /// without `LLMGOV_REDIS_URL`).

@@ -10,6 +10,8 @@
 //! onto the same classes, plus `AlreadyReconciled`.
 
 use llmgov::feedback::{ErrorContext, ErrorObject};
+use std::time::Duration;
+
 use llmgov::Error as CoreError;
 use llmgov_redis::Error as RedisError;
 use pyo3::exceptions::PyException;
@@ -106,12 +108,7 @@ fn refusal(py: Python<'_>, error: &CoreError, message: &str) -> PyResult<Option<
             err
         }
         CoreError::DeadlineExceeded { waited, retry_after, .. } => {
-            let err = DeadlineExceeded::new_err(message);
-            let value = err.value(py);
-            value.setattr("waited_ms", llmgov::ceil_ms(*waited))?;
-            value.setattr("retry_after", retry_after.map(|d| d.as_secs_f64()))?;
-            value.setattr("retry_after_ms", retry_after.map(llmgov::ceil_ms))?;
-            err
+            deadline_exceeded(py, message, *waited, *retry_after)?
         }
         CoreError::CircuitOpen { scope, retry_after, .. } => {
             let err = CircuitOpen::new_err(message);
@@ -220,6 +217,21 @@ fn tagged(py: Python<'_>, err: PyErr, code: &str, field: &str, value: &str, reas
     }
 }
 
+/// `DeadlineExceeded`, from the local queue or a Redis waiter alike.
+fn deadline_exceeded(
+    py: Python<'_>,
+    message: String,
+    waited: Duration,
+    retry_after: Option<Duration>,
+) -> PyResult<PyErr> {
+    let err = DeadlineExceeded::new_err(message);
+    let value = err.value(py);
+    value.setattr("waited_ms", llmgov::ceil_ms(waited))?;
+    value.setattr("retry_after", retry_after.map(|d| d.as_secs_f64()))?;
+    value.setattr("retry_after_ms", retry_after.map(llmgov::ceil_ms))?;
+    Ok(err)
+}
+
 /// The Python exception for an error of the Redis backend: its denials and
 /// config errors as the core's classes (same attributes), the core's own
 /// errors as [`to_py`] maps them.
@@ -254,6 +266,7 @@ fn build_redis(py: Python<'_>, error: RedisError) -> PyResult<PyErr> {
         RedisError::InvalidConfig { field, value, reason } => {
             tagged(py, ConfigError::new_err(message), "invalid_config", &field, &value, &reason)
         }
+        RedisError::DeadlineExceeded { waited, retry_after } => deadline_exceeded(py, message, waited, retry_after)?,
         RedisError::AlreadyReconciled => AlreadyReconciled::new_err(message),
         RedisError::Core(core) => build(py, &core)?,
     };

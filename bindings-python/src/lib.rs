@@ -36,6 +36,7 @@ fn _llmgov(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<redis::PyRedisGovernor>()?;
     module.add_class::<redis::PyRedisRoute>()?;
     module.add_class::<redis::PyRedisPermit>()?;
+    module.add_class::<redis::RedisAttempt>()?;
     module.add_function(wrap_pyfunction!(feedback::classify_response, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::count_tokens, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::count_chat_tokens, module)?)?;

@@ -30,10 +30,18 @@ pub fn with_waiting(
             .filter(|_| !p.is_instance_of::<pyo3::types::PyBool>())
             .ok_or_else(|| invalid("priority", p, "must be an integer from -2^31 to 2^31 - 1"))?;
     }
-    if let Some(d) = deadline_ms.filter(|d| !d.is_none()) {
-        request.deadline = Some(Duration::from_nanos((args::millis("deadline_ms", d)? * 1e6).round() as u64));
+    if let Some(deadline) = deadline(deadline_ms)? {
+        request.deadline = Some(deadline);
     }
     Ok(request)
+}
+
+/// How long a request may wait, from `deadline_ms`.
+pub fn deadline(deadline_ms: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
+    match deadline_ms.filter(|d| !d.is_none()) {
+        Some(d) => Ok(Some(Duration::from_nanos((args::millis("deadline_ms", d)? * 1e6).round() as u64))),
+        None => Ok(None),
+    }
 }
 
 /// The blocking timeout, from seconds.

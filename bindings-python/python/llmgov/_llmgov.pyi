@@ -32,6 +32,7 @@ __all__ = [
     "UnknownScope",
     "_Driver",
     "_Forget",
+    "_RedisAttempt",
     "__version__",
     "classify_response",
     "count_chat_tokens",
@@ -384,6 +385,12 @@ class _Driver:
     def drain(self) -> None: ...
 
 @final
+class _RedisAttempt:
+    """One waiting acquire of a RedisGovernor (llmgov._redis_wait)."""
+
+    def step(self) -> Union["RedisPermit", float]: ...
+
+@final
 class _Forget:
     """Drops a waiting acquire when its asyncio future is done."""
 
@@ -520,6 +527,35 @@ class RedisGovernor:
         model: Optional[str] = None,
         tools: Optional[Sequence[Mapping[str, Any]]] = None,
         cached_input_tokens: Optional[int] = None,
+        **extra: Any,
+    ) -> RedisPermit: ...
+    def acquire(
+        self,
+        paths: Union[str, Sequence[str], RedisRoute],
+        input_tokens: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+        *,
+        text: Optional[str] = None,
+        messages: Optional[Sequence[Mapping[str, Any]]] = None,
+        model: Optional[str] = None,
+        tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        cached_input_tokens: Optional[int] = None,
+        deadline_ms: Optional[float] = None,
+        **extra: Any,
+    ) -> Awaitable[RedisPermit]: ...
+    def acquire_blocking(
+        self,
+        paths: Union[str, Sequence[str], RedisRoute],
+        input_tokens: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+        *,
+        text: Optional[str] = None,
+        messages: Optional[Sequence[Mapping[str, Any]]] = None,
+        model: Optional[str] = None,
+        tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        cached_input_tokens: Optional[int] = None,
+        deadline_ms: Optional[float] = None,
+        timeout: Optional[float] = None,
         **extra: Any,
     ) -> RedisPermit: ...
     def health(self) -> Dict[str, Any]: ...

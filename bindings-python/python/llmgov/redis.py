@@ -25,6 +25,11 @@ local share, each limit ÷ ``expected_processes``; ``health()`` says so::
     assert not gov.health()["degraded"]
 
 The engine is the Rust crate ``llmgov-redis``, compiled into ``llmgov._llmgov``.
+
+``acquire_blocking(..., timeout=)`` and ``await acquire(..., deadline_ms=)``
+wait while a limit refuses: they sleep until the refusing limit could admit
+the request (exact mode's Redis says when) and try again. Waiters are not
+queued across processes; whoever tries first after capacity returns takes it.
 """
 
 from ._llmgov import AlreadyReconciled, RedisGovernor, RedisPermit, RedisRoute

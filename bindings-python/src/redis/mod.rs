@@ -3,10 +3,11 @@
 //! names. Every call that may reach Redis releases the GIL.
 
 mod permit;
+mod waiting;
 
 use std::sync::Arc;
 
-use llmgov::{Clock, ManualClock};
+use llmgov::{Clock, ManualClock, Usage};
 use llmgov_redis::{Health, RedisGovernor, SharedRoute};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -18,6 +19,7 @@ use crate::errors::IntoPyResult;
 use crate::request::{self, RequestArgs};
 
 pub use permit::PyRedisPermit;
+pub use waiting::RedisAttempt;
 
 /// A request's scopes split into local and shared parts, resolved once.
 #[pyclass(name = "RedisRoute", module = "llmgov._llmgov", frozen)]
@@ -65,6 +67,41 @@ impl PyRedisGovernor {
         request::cached_route(self.routes.bind(py), paths, |paths| {
             Bound::new(py, PyRedisRoute { route: self.gov.route(&paths).py_err()?, paths })
         })
+    }
+
+    /// The route of `paths` and what a request on it reserves.
+    fn estimate<'py>(
+        &self,
+        py: Python<'py>,
+        paths: &Bound<'py, PyAny>,
+        asked: RequestArgs<'_, 'py>,
+    ) -> PyResult<(Bound<'py, PyRedisRoute>, Usage)> {
+        let route = self.resolve(py, paths)?;
+        Ok((route, asked.estimate(py)?))
+    }
+}
+
+/// A request's arguments as the local `Governor` names them; shared scopes
+/// reserve `max_output_tokens` and have no traffic classes.
+fn asked<'a, 'py>(
+    input_tokens: Option<&'a Bound<'py, PyAny>>,
+    max_output_tokens: Option<&'a Bound<'py, PyAny>>,
+    text: Option<&'a Bound<'py, PyAny>>,
+    messages: Option<&'a Bound<'py, PyAny>>,
+    model: Option<&'a Bound<'py, PyAny>>,
+    tools: Option<&'a Bound<'py, PyAny>>,
+    cached_input_tokens: Option<&'a Bound<'py, PyAny>>,
+) -> RequestArgs<'a, 'py> {
+    RequestArgs {
+        input_tokens,
+        text,
+        messages,
+        model,
+        tools,
+        cached_input_tokens,
+        max_output_tokens,
+        expected_output_tokens: None,
+        klass: None,
     }
 }
 
@@ -137,24 +174,68 @@ impl PyRedisGovernor {
         extra: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyRedisPermit> {
         no_unknown("RedisGovernor.try_acquire", extra)?;
-        let py = slf.py();
-        let this = slf.get();
-        let route = this.resolve(py, paths)?;
-        let asked = RequestArgs {
-            input_tokens,
-            text,
-            messages,
-            model,
-            tools,
-            cached_input_tokens,
-            max_output_tokens,
-            expected_output_tokens: None,
-            klass: None,
-        };
-        let estimate = asked.estimate(py)?;
+        let asked = asked(input_tokens, max_output_tokens, text, messages, model, tools, cached_input_tokens);
+        let (py, this) = (slf.py(), slf.get());
+        let (route, estimate) = this.estimate(py, paths, asked)?;
         let shared = &route.get().route;
         let permit = py.detach(|| this.gov.try_acquire(shared, estimate)).py_err()?;
         Ok(PyRedisPermit::new(permit, estimate, slf.clone().unbind()))
+    }
+
+    /// `try_acquire`, waiting while a limit refuses: the thread sleeps (the
+    /// GIL released) until the refusing limit could admit the request and
+    /// tries again, for at most `timeout` seconds and `deadline_ms`
+    /// (`None`: until admitted). Raises `DeadlineExceeded` at once when the
+    /// predicted wait is already longer, and `NeverFits` at once.
+    #[pyo3(signature = (paths, input_tokens = None, max_output_tokens = None, *, text = None, messages = None,
+        model = None, tools = None, cached_input_tokens = None, deadline_ms = None, timeout = None, **extra))]
+    #[allow(clippy::too_many_arguments)]
+    fn acquire_blocking(
+        slf: &Bound<'_, Self>,
+        paths: &Bound<'_, PyAny>,
+        input_tokens: Option<&Bound<'_, PyAny>>,
+        max_output_tokens: Option<&Bound<'_, PyAny>>,
+        text: Option<&Bound<'_, PyAny>>,
+        messages: Option<&Bound<'_, PyAny>>,
+        model: Option<&Bound<'_, PyAny>>,
+        tools: Option<&Bound<'_, PyAny>>,
+        cached_input_tokens: Option<&Bound<'_, PyAny>>,
+        deadline_ms: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        extra: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PyRedisPermit> {
+        no_unknown("RedisGovernor.acquire_blocking", extra)?;
+        let asked = asked(input_tokens, max_output_tokens, text, messages, model, tools, cached_input_tokens);
+        let limit = waiting::time_limit(deadline_ms, timeout)?;
+        RedisAttempt::new(slf, paths, asked, limit)?.block(slf.py())
+    }
+
+    /// `try_acquire`, waiting while a limit refuses, as an awaitable: it
+    /// sleeps on the event loop between tries, for at most `deadline_ms`
+    /// (`None`: until admitted). Each try is one call to Redis, made with
+    /// the GIL released but on the loop's thread, as `try_acquire` is.
+    /// Cancelling it while it sleeps leaves nothing reserved.
+    #[pyo3(signature = (paths, input_tokens = None, max_output_tokens = None, *, text = None, messages = None,
+        model = None, tools = None, cached_input_tokens = None, deadline_ms = None, **extra))]
+    #[allow(clippy::too_many_arguments)]
+    fn acquire<'py>(
+        slf: &Bound<'py, Self>,
+        paths: &Bound<'py, PyAny>,
+        input_tokens: Option<&Bound<'py, PyAny>>,
+        max_output_tokens: Option<&Bound<'py, PyAny>>,
+        text: Option<&Bound<'py, PyAny>>,
+        messages: Option<&Bound<'py, PyAny>>,
+        model: Option<&Bound<'py, PyAny>>,
+        tools: Option<&Bound<'py, PyAny>>,
+        cached_input_tokens: Option<&Bound<'py, PyAny>>,
+        deadline_ms: Option<&Bound<'py, PyAny>>,
+        extra: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        no_unknown("RedisGovernor.acquire", extra)?;
+        let asked = asked(input_tokens, max_output_tokens, text, messages, model, tools, cached_input_tokens);
+        let limit = waiting::time_limit(deadline_ms, None)?;
+        let attempt = RedisAttempt::new(slf, paths, asked, limit)?;
+        slf.py().import("llmgov._redis_wait")?.call_method1("acquire", (attempt,))
     }
 
     /// The link to Redis: `degraded`, `fallback_admissions`, `redis_errors`,
