@@ -163,3 +163,26 @@ fn late_failures_from_before_the_opening_do_not_reopen_a_closed_breaker() {
         "two failures of requests sent before the opening are old news"
     );
 }
+
+/// Anthropic sends some 500s with `x-should-retry: false`: not worth a
+/// retry, but a provider failure all the same, which the breaker counts
+/// (it counts 429s and 5xx), never a success.
+#[test]
+fn a_5xx_the_provider_says_not_to_retry_is_still_a_failure() {
+    let config = Config::from_value(json!({
+        "adaptive": {"breaker": {"failures": 2, "pauses": ["30s"]}},
+        "scopes": {"a": {"provider": true, "limits": [{"dimension": "requests", "amount": 1000, "window": "1m"}]}}
+    }))
+    .unwrap();
+    let ledger = Ledger::new(&config).unwrap();
+    let route = ledger.route(&["a"]).unwrap();
+    let body = br#"{"type":"error","error":{"type":"api_error","message":"Internal server error"}}"#;
+    let api_error = classify_response(500, &[("x-should-retry", "false")], body, ProviderHint::Anthropic, 0);
+    assert!(!api_error.retryable);
+    ledger.observe(route, &api_error, SEC).unwrap();
+    ledger.observe(route, &api_error, 2 * SEC).unwrap();
+    assert!(
+        matches!(ledger.try_acquire(&Request::new(route), 2 * SEC), Err(Error::CircuitOpen { .. })),
+        "two consecutive 500s open it"
+    );
+}

@@ -22,6 +22,7 @@ impl Classification {
             reset_ms: BTreeMap::new(),
             retryable: false,
             provider,
+            status: 0,
         }
     }
 }
@@ -57,7 +58,7 @@ pub fn classify_response<K: AsRef<[u8]>, V: AsRef<[u8]>>(
         view.push(name, value);
     }
 
-    let mut c = Classification::empty(provider);
+    let mut c = Classification { status, ..Classification::empty(provider) };
     read_limits(&view, provider, now_unix_ms, &mut c);
     c.kind = decide_kind(status, &view, &facts);
     c.limited = c.kind != LimitKind::None;

@@ -193,4 +193,11 @@ pub struct Classification {
     pub retryable: bool,
     /// The provider the answer was read as ([`ProviderHint::Auto`] resolved).
     pub provider: ProviderHint,
+    /// The HTTP status the answer was read as: its own, or the code of an
+    /// `error` object a 2xx body carries (OpenRouter's late errors). Unlike
+    /// `retryable`, which `x-should-retry` overrides, it tells a provider
+    /// failure (5xx) from the request's own fault (4xx). 0 when unknown
+    /// (a classification built by hand, or JSON without it).
+    #[serde(default)]
+    pub status: u16,
 }

@@ -48,13 +48,16 @@ pub(crate) struct BreakerChange {
     pub open: bool,
 }
 
-/// What an answer is to a breaker.
+/// What an answer is to a breaker: `Some(true)` a success, `Some(false)` a
+/// failure of the provider's.
 fn verdict(feedback: &Classification) -> Option<bool> {
-    match feedback.kind {
+    match (feedback.kind, feedback.status) {
         // The request's own fault: says nothing of the provider.
-        LimitKind::TooLarge => None,
-        LimitKind::None if feedback.retryable => Some(false),
-        LimitKind::None => Some(true),
+        (LimitKind::TooLarge, _) => None,
+        // By status, not `retryable`: `x-should-retry: false` on a 500
+        // (Anthropic sends it) says not to retry, not that the provider is well.
+        (LimitKind::None, 0) => Some(!feedback.retryable),
+        (LimitKind::None, status) => Some(!(status >= 500 || matches!(status, 408 | 409))),
         _ => Some(false),
     }
 }
