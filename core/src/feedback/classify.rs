@@ -150,12 +150,15 @@ fn requested_exceeds_limit(message: &str) -> bool {
     matches!((limit, requested), (Some(l), Some(r)) if r > l)
 }
 
-/// The integer (commas allowed) right after the first `cue` in `text`.
+/// The integer (commas allowed) right after the first `cue` in `text` that
+/// a number follows (`rate limit reached … limit 30000`: not the first).
 fn number_after(text: &str, cue: &str) -> Option<u64> {
-    let start = text.find(cue)? + cue.len();
-    let digits: String = text.get(start..)?.chars().take_while(|c| c.is_ascii_digit() || *c == ',').collect();
-    let digits: String = digits.chars().filter(char::is_ascii_digit).collect();
-    super::durations::parse_count(&digits)
+    text.match_indices(cue).find_map(|(at, _)| {
+        let rest = text.get(at + cue.len()..)?;
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == ',').collect();
+        let digits: String = digits.chars().filter(char::is_ascii_digit).collect();
+        super::durations::parse_count(&digits)
+    })
 }
 
 fn is_quota_exhausted(status: u16, facts: &BodyFacts) -> bool {
@@ -352,6 +355,17 @@ mod tests {
         assert!(!requested_exceeds_limit("limit 30000, used 29000, requested 1500."));
         assert!(requested_exceeds_limit("limit 30,000, requested 30,601"));
         assert!(!requested_exceeds_limit("rate limit reached"));
+    }
+
+    /// OpenAI's and Groq's messages say "rate limit" before "Limit N": the
+    /// numbers are read where they are, not after the first cue.
+    #[test]
+    fn limits_and_requests_after_the_words_rate_limit() {
+        let message = "rate limit reached for gpt-4o in organization org-abc on tokens per min (tpm): \
+                       limit 30000, used 0, requested 30601.";
+        assert!(requested_exceeds_limit(message));
+        let fits = "rate limit reached for gpt-4o on tokens per min (tpm): limit 30000, used 29000, requested 1500.";
+        assert!(!requested_exceeds_limit(fits));
     }
 
     #[test]
