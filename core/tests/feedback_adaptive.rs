@@ -355,3 +355,21 @@ fn a_429_observed_in_the_first_second_lowers_the_rate() {
     gov.observe(route, &refused).unwrap();
     assert_eq!(effective(&gov, Dimension::Tokens), 420, "600 × 0.7");
 }
+
+/// A 429 that names no limit holds the scope's per-minute buckets empty
+/// until its retry-after; it says nothing of a daily quota, which draining
+/// would leave a day to refill (a day's 14400 requests at 10 a minute).
+#[test]
+fn a_429_naming_no_limit_does_not_drain_a_daily_quota() {
+    let (gov, clock) = gov_with(json!({"scopes": {"groq/org": {"provider": true, "limits": [
+        {"dimension": "requests", "amount": 600, "window": "1m"},
+        {"dimension": "requests", "amount": 14400, "window": "1d"},
+    ]}}}));
+    let route = gov.route(&["groq/org"]).unwrap();
+    let permit = take(&gov, route, 0);
+    answer(&gov, &permit, 429, &[("retry-after", "1")], b"");
+    assert!(gov.try_acquire(&Request::new(route)).is_err(), "held empty until the retry-after");
+    clock.advance(Duration::from_secs(61));
+    let admitted = (0..100).filter(|_| gov.try_acquire(&Request::new(route)).is_ok()).count();
+    assert_eq!(admitted, 100, "a minute on, the per-minute bucket has refilled and the day's quota is untouched");
+}

@@ -64,14 +64,19 @@ fn a_429_empties_the_named_bucket_until_the_retry_after() {
 }
 
 #[test]
-fn a_429_that_names_nothing_cools_every_bucket_of_the_provider_scope() {
+fn a_429_that_names_nothing_cools_every_per_minute_bucket_of_the_provider_scope() {
     let (gov, clock) = gov();
     let route = gov.route(&["openai/org"]).unwrap();
     let feedback = classify_response(429, &[("retry-after", "5")], b"", ProviderHint::Auto, NOW_UNIX_MS);
-    assert_eq!(gov.observe(route, &feedback).unwrap(), 3);
+    assert_eq!(gov.observe(route, &feedback).unwrap(), 2);
     clock.advance(Duration::from_secs(5));
     assert_eq!(available(&gov, "openai/org", Dimension::Requests, 60_000), 0);
-    assert_eq!(available(&gov, "openai/org", Dimension::Requests, 86_400_000), 0);
+    assert_eq!(available(&gov, "openai/org", Dimension::Tokens, 60_000), 0);
+    assert_eq!(
+        available(&gov, "openai/org", Dimension::Requests, 86_400_000),
+        10000,
+        "a daily quota is drained only by a 429 that names it"
+    );
 }
 
 #[test]
@@ -82,10 +87,17 @@ fn a_retry_after_longer_than_a_window_holds_each_bucket_for_its_window_at_most()
     gov.observe(route, &classify_response(429, &absurd, b"", ProviderHint::Auto, NOW_UNIX_MS)).unwrap();
     clock.advance(Duration::from_secs(60));
     assert_eq!(available(&gov, "openai/org", Dimension::Requests, 60_000), 0, "the minute's bucket, held a minute");
-    assert!(available(&gov, "openai/org", Dimension::Requests, 86_400_000) < 0, "the day's, held on");
-    clock.advance(Duration::from_secs(86_400));
+    clock.advance(Duration::from_secs(1));
     let after = gov.try_acquire(&Request::new(route));
-    assert!(after.is_ok(), "free again after its longest window: {after:?}");
+    assert!(after.is_ok(), "free again after its window: {after:?}");
+    let daily = [("retry-after", "99999999999")];
+    let body = br#"{"error":{"message":"Rate limit reached on requests per day (RPD)","type":"requests"}}"#;
+    gov.observe(route, &classify_response(429, &daily, body, ProviderHint::OpenAi, NOW_UNIX_MS)).unwrap();
+    clock.advance(Duration::from_secs(86_400));
+    assert_eq!(available(&gov, "openai/org", Dimension::Requests, 86_400_000), 0, "the day's, held a day");
+    clock.advance(Duration::from_secs(60));
+    let after = gov.try_acquire(&Request::new(route));
+    assert!(after.is_ok(), "free again after its window: {after:?}");
 }
 
 #[test]

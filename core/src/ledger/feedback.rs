@@ -20,9 +20,14 @@ pub(crate) const DAY_NS: u64 = 24 * 60 * MINUTE_NS;
 /// How long a 429 that says nothing of when to come back holds a bucket.
 const DEFAULT_COOLDOWN_MS: u64 = 1_000;
 
+/// Whether `limit` holds a daily quota rather than a per-minute rate.
+fn is_daily(limit: &Limit) -> bool {
+    limit.window_ns.is_some_and(|w| w >= DAILY_WINDOW_NS)
+}
+
 /// Whether the provider's `reported` dimension is what `limit` counts.
 fn reports_on(reported: LimitDimension, limit: &Limit) -> bool {
-    let daily = limit.window_ns.is_some_and(|w| w >= DAILY_WINDOW_NS);
+    let daily = is_daily(limit);
     match reported {
         LimitDimension::DailyRequests => daily && limit.dimension == Dimension::Requests,
         LimitDimension::DailyTokens => daily && limit.dimension == Dimension::Tokens,
@@ -71,7 +76,8 @@ impl Ledger {
     ///   limit of 0 is ignored);
     /// - a `remaining` count lower than a bucket believes takes it down to it;
     /// - a 429 rate limit empties the bucket of the dimension it names (every
-    ///   bucket of the provider scope when it names none), holds it empty
+    ///   per-minute bucket of the provider scope when it names none: daily
+    ///   quotas only for a 429 that names them), holds it empty
     ///   until the retry-after (else that dimension's reset, else 1 s; for
     ///   one window at most: longer is another limit's wait), and
     ///   multiplies its rate by the AIMD decrease; a window with successes
@@ -165,7 +171,10 @@ impl Ledger {
                             f: fn(LimitDimension, &Limit) -> bool| {
                     map.iter().find(|(d, _)| f(**d, limit)).map(|(_, &v)| v)
                 };
-                let cooled = cool_until.filter(|_| !named || reports_on(feedback.dimension, limit));
+                // A 429 naming no limit is a rate's: draining a daily
+                // quota for it would leave a day of refill to wait out.
+                let refused_here = if named { reports_on(feedback.dimension, limit) } else { !is_daily(limit) };
+                let cooled = cool_until.filter(|_| refused_here);
                 let word = ProviderWord {
                     limit: find(&feedback.limit, states_amount_of),
                     remaining: find(&feedback.remaining, reports_on),
