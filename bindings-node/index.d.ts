@@ -93,6 +93,102 @@ export declare class NativeGovernor {
   tryAcquireProfile(request: ProfileArgs): ProfileGrant
 }
 
+/** One waiting acquire: its route, its estimate and the pacing of its tries. */
+export declare class NativeRedisAttempt {
+  /**
+   * Tries once on the thread pool: a Promise of the permit, or of the
+   * milliseconds to sleep before the next try; rejected with the refusal
+   * that ends the wait (`DeadlineExceededError`, `NeverFitsError`, …).
+   */
+  step(): Promise<NativeRedisPermit | number>
+}
+
+/**
+ * A governor whose `[redis.scopes]` are enforced across processes through
+ * Redis. Use the package's `RedisGovernor`; this class is its engine.
+ */
+export declare class NativeRedisGovernor {
+  /**
+   * A governor from TOML text: the core's sections plus `[redis]` (a
+   * missing `redis.url` is read from `LLMGOV_REDIS_URL`). Building opens
+   * no connection.
+   */
+  static fromToml(text: string, manualClock: boolean): NativeRedisGovernor
+  /**
+   * A governor from JSON text: the TOML config's JSON form, the `[redis]`
+   * section under `redis`.
+   */
+  static fromJson(text: string, manualClock: boolean): NativeRedisGovernor
+  /** Resolves paths (and their configured ancestors) into local and shared parts. */
+  route(paths: Array<string>): NativeRedisRoute
+  /**
+   * Reserves the estimate on every scope of the route, or nothing, on
+   * the thread pool: a Promise of the permit, rejected with the refusal.
+   */
+  tryAcquire(route: NativeRedisRoute, inputTokens: number, cachedInputTokens: number, maxOutputTokens: number): Promise<NativeRedisPermit>
+  /**
+   * A waiting acquire of the estimate on `route`, for at most
+   * `deadlineMs` (on the governor's clock; none: until admitted); the
+   * JavaScript layer calls its `step` until it grants a permit.
+   */
+  attempt(route: NativeRedisRoute, inputTokens: number, cachedInputTokens: number, maxOutputTokens: number, deadlineMs?: number | undefined | null): NativeRedisAttempt
+  /** The link to Redis and the fallback counters (no I/O). */
+  health(): RedisHealth
+  /** Gives every lease's unused part back to Redis, on the thread pool. */
+  returnLeases(): Promise<void>
+  /**
+   * Refreshes every concurrency slot this process holds, on the thread
+   * pool (a background thread also does, every third of `slot_ttl`).
+   */
+  heartbeat(): Promise<void>
+  /** The local scopes (those not shared) and their counters. */
+  snapshot(): Snapshot
+  /**
+   * The local engine's metrics: the scopes not shared, their refusals
+   * and estimate errors (refusals by shared scopes are Redis's).
+   */
+  metrics(): Metrics
+  /**
+   * Moves a manual clock forward by `ms` milliseconds (local limits,
+   * permit and lease expiry, reconnection pacing; Redis keeps its own time).
+   */
+  advance(ms: number): void
+  /** The governor clock's reading, in milliseconds. */
+  nowMs(): number
+  /** The prefix of its Redis keys. */
+  get prefix(): string
+}
+
+/**
+ * A granted reservation of a `RedisGovernor`. Use the package's
+ * `RedisPermit`; this class is its engine.
+ */
+export declare class NativeRedisPermit {
+  /**
+   * Reconciles with the actual usage on the thread pool: refunds what was
+   * over-reserved, charges what was under, frees concurrency slots.
+   */
+  settle(inputTokens: number, cachedInputTokens: number, outputTokens: number): Promise<void>
+  /** Gives the whole reservation back, on the thread pool. */
+  cancel(): Promise<void>
+  /** What it reserved. */
+  get estimate(): RedisEstimate
+  /**
+   * Whether the shared scopes admitted it from the safe local share
+   * because Redis was unreachable.
+   */
+  get fromFallback(): boolean
+}
+
+/**
+ * A request's scopes split into local and shared parts, resolved once by
+ * `RedisGovernor.route`; valid only with the governor that made it.
+ */
+export declare class NativeRedisRoute {
+  /** The paths it was resolved from. */
+  get paths(): Array<string>
+}
+
 /**
  * Decides whether and when to retry a failed request: the provider's
  * retry-after or full-jitter backoff, whichever is longer, within a retry
@@ -546,6 +642,34 @@ export interface QueueMetrics {
   depth: number
   /** One entry per class that has had a waiter, highest priority first. */
   classes: Array<ClassMetrics>
+}
+
+/** What a permit reserved: its estimate, `maxOutputTokens` as the output. */
+export interface RedisEstimate {
+  inputTokens: number
+  cachedInputTokens: number
+  outputTokens: number
+}
+
+/** The link to Redis and what the governor did without it. */
+export interface RedisHealth {
+  /** Redis failed and the shared scopes admit from the safe local share. */
+  degraded: boolean
+  /** Requests admitted from the safe local share. */
+  fallbackAdmissions: number
+  /** Redis calls that failed (connect, I/O, timeout, script error). */
+  redisErrors: number
+  /** Times Redis answered again after an outage. */
+  recoveries: number
+  /**
+   * Times a shared scope's state was found lost (a Redis restart without
+   * persistence) and restarted at the safe share.
+   */
+  stateResets: number
+  /** Redis calls made (one script each). */
+  redisCalls: number
+  /** The last Redis error, for the log. */
+  lastError?: string
 }
 
 /** Refusals of one dimension by one party. */

@@ -836,6 +836,10 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.NativeGovernor = nativeBinding.NativeGovernor
+module.exports.NativeRedisAttempt = nativeBinding.NativeRedisAttempt
+module.exports.NativeRedisGovernor = nativeBinding.NativeRedisGovernor
+module.exports.NativeRedisPermit = nativeBinding.NativeRedisPermit
+module.exports.NativeRedisRoute = nativeBinding.NativeRedisRoute
 module.exports.RetryPolicy = nativeBinding.RetryPolicy
 module.exports.acquireAbort = nativeBinding.acquireAbort
 module.exports.acquireError = nativeBinding.acquireError

@@ -7,7 +7,9 @@
 # changed the committed generated index.js / index.d.ts; type-check the
 # typings; then node --test (scenarios, API, bad input, and the openai and
 # Anthropic SDKs against target/debug/llmgov mock-server, which
-# `cargo test --workspace` builds earlier in `make test`).
+# `cargo test --workspace` builds earlier in `make test`; RedisGovernor
+# against a private redis-server that backend-redis/with-redis.sh starts,
+# names in LLMGOV_REDIS_URL and stops, in a run directory of its own).
 LANGUAGE_TESTS += test-node
 
 # Absolute, since napi's cargo runs inside bindings-node.
@@ -17,14 +19,16 @@ NODE_CARGO_TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
 # so that it reuses every crate `cargo test --workspace --all-targets`
 # compiled (see the script; measured in bindings-node/README.md).
 NODE_CARGO := $(abspath bindings-node/scripts/cargo-workspace.mjs)
+# test/redis.test.mjs's server: not test-redis's run dir, so both can run at once.
+NODE_WITH_REDIS := backend-redis/with-redis.sh $(NODE_CARGO_TARGET_DIR)/node-redis-test
 
 .PHONY: test-node bench-node
 
-test-node:
+test-node: redis-server-installed
 	cd bindings-node && npm ci --ignore-scripts --no-audit --no-fund
 	cd bindings-node && CARGO_TARGET_DIR=$(NODE_CARGO_TARGET_DIR) CARGO=$(NODE_CARGO) LLMGOV_CARGO_PATH="$$PATH" node scripts/check-generated.mjs
 	CARGO_TARGET_DIR=$(NODE_CARGO_TARGET_DIR) $(CARGO) build -p llmgov-cli  # the mock server and `llmgov top` the tests run
-	cd bindings-node && CARGO_TARGET_DIR=$(NODE_CARGO_TARGET_DIR) node --test --test-concurrency=1 --test-timeout=300000 test/*.test.mjs
+	$(NODE_WITH_REDIS) sh -c 'cd bindings-node && CARGO_TARGET_DIR=$(NODE_CARGO_TARGET_DIR) node --test --test-concurrency=1 --test-timeout=300000 test/*.test.mjs'
 
 ## The Node round-trip benchmark (release build); figures in BENCHMARKS.md.
 bench-node:

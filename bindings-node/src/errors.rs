@@ -34,13 +34,7 @@ pub fn register_error_factory(env: Env, factory: Factory) -> napi::Result<()> {
 /// Turns a core error into a thrown JavaScript exception; returns the
 /// [`napi::Error`] that tells napi the exception is already pending.
 pub fn throw(env: &Env, error: Error) -> napi::Error {
-    let message = match &error {
-        // Name the field as the JavaScript caller wrote it.
-        Error::InvalidRequest { field, value, reason } => {
-            format!("invalid request: `{}` = `{value}`: {reason}", to_camel(field))
-        }
-        other => other.to_string(),
-    };
+    let message = message_of(&error);
     match build(env, &error, &message) {
         Ok(()) => napi::Error::new(Status::PendingException, message),
         // Building the object failed (the environment is tearing down): a
@@ -68,26 +62,47 @@ pub fn invalid(field: &'static str, value: impl ToString, reason: impl Into<Stri
 }
 
 fn build(env: &Env, error: &Error, message: &str) -> napi::Result<()> {
+    let exception = error_object(env, error.code(), message, |data| fill(data, error))?;
+    env.throw(exception)
+}
+
+/// The `LlmgovError` subclass instance for `code`, its fields set by `fields`.
+pub(crate) fn error_object<'env>(
+    env: &'env Env,
+    code: &str,
+    message: &str,
+    fields: impl FnOnce(&mut Object) -> napi::Result<()>,
+) -> napi::Result<Object<'env>> {
     let mut exception = match env.get_instance_data::<Registered>()? {
         Some(Registered(factory)) => {
-            factory.borrow_back(env)?.call((error.code().to_owned(), message.to_owned()).into())?.coerce_to_object()?
+            factory.borrow_back(env)?.call((code.to_owned(), message.to_owned()).into())?.coerce_to_object()?
         }
         // The raw addon used without the package's entry point: still an
         // Error with the code and fields, just not a subclass.
         None => {
             let mut plain = env.create_error(napi::Error::new(Status::GenericFailure, message))?;
-            plain.set_named_property("code", error.code())?;
+            plain.set_named_property("code", code)?;
             plain
         }
     };
-    fill(&mut exception, error)?;
-    env.throw(exception)
+    fields(&mut exception)?;
+    Ok(exception)
+}
+
+/// The message of a core error, the field named as JavaScript wrote it.
+pub(crate) fn message_of(error: &Error) -> String {
+    match error {
+        Error::InvalidRequest { field, value, reason } => {
+            format!("invalid request: `{}` = `{value}`: {reason}", to_camel(field))
+        }
+        other => other.to_string(),
+    }
 }
 
 /// Sets the variant's fields on `data`, camelCased. Times are whole
 /// milliseconds, rounded up as `llmgov::ceil_ms` does, so waiting that long
 /// always suffices.
-fn fill(data: &mut Object, error: &Error) -> napi::Result<()> {
+pub(crate) fn fill(data: &mut Object, error: &Error) -> napi::Result<()> {
     match error {
         Error::RateLimited { scope, dimension, retry_after, .. } => {
             data.set_named_property("scope", &**scope)?;
@@ -159,4 +174,62 @@ pub fn to_camel(field: &str) -> String {
         }
     }
     out
+}
+
+/// A Redis governor's error (`llmgov-redis`) as its `LlmgovError` subclass:
+/// the core's errors it passes through as [`throw`] maps them, its own
+/// denials with the same fields as the core's.
+fn redis_error_object<'env>(env: &'env Env, error: &llmgov_redis::Error) -> napi::Result<Object<'env>> {
+    if let llmgov_redis::Error::Core(core) = error {
+        return error_object(env, core.code(), &message_of(core), |data| fill(data, core));
+    }
+    error_object(env, error.code(), &error.to_string(), |data| fill_redis(data, error))
+}
+
+fn fill_redis(data: &mut Object, error: &llmgov_redis::Error) -> napi::Result<()> {
+    use llmgov_redis::Error as Redis;
+    let ms = |d: Option<std::time::Duration>| d.map(|d| llmgov::ceil_ms(d) as f64);
+    match error {
+        Redis::RateLimited { scope, dimension, retry_after } => {
+            data.set_named_property("scope", &**scope)?;
+            data.set_named_property("dimension", dimension.as_str())?;
+            data.set_named_property("retryAfterMs", ms(*retry_after))?;
+            data.set_named_property("gatewayDecision", "rejected_locally")?;
+        }
+        Redis::NeverFits { scope, dimension, cost, burst } => {
+            data.set_named_property("scope", &**scope)?;
+            data.set_named_property("dimension", dimension.as_str())?;
+            data.set_named_property("cost", *cost as f64)?;
+            data.set_named_property("burst", *burst as f64)?;
+        }
+        Redis::InvalidConfig { field, value, reason } => {
+            data.set_named_property("field", field.as_str())?;
+            data.set_named_property("value", value.as_str())?;
+            data.set_named_property("reason", reason.as_str())?;
+        }
+        Redis::DeadlineExceeded { waited, retry_after } => {
+            data.set_named_property("waitedMs", llmgov::ceil_ms(*waited) as f64)?;
+            data.set_named_property("retryAfterMs", ms(*retry_after))?;
+        }
+        // AlreadyReconciled has no fields; Core is mapped above.
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Throws a Redis governor's error (see [`redis_error_object`]), as [`throw`] does.
+pub fn throw_redis(env: &Env, error: llmgov_redis::Error) -> napi::Error {
+    match redis_error_object(env, &error).and_then(|exception| env.throw(exception)) {
+        Ok(()) => napi::Error::new(Status::PendingException, error.to_string()),
+        Err(_) => napi::Error::new(Status::GenericFailure, format!("[{}] {error}", error.code())),
+    }
+}
+
+/// The error a Promise of a Redis call rejects with: napi hands the object
+/// it holds to the rejection unchanged.
+pub fn reject_redis(env: &Env, error: llmgov_redis::Error) -> napi::Error {
+    match redis_error_object(env, &error) {
+        Ok(exception) => napi::Error::from(exception.to_unknown()),
+        Err(_) => napi::Error::new(Status::GenericFailure, format!("[{}] {error}", error.code())),
+    }
 }

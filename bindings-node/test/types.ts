@@ -30,6 +30,12 @@ import {
   Snapshot,
   WaitHistogram,
   classifyResponse,
+  AlreadyReconciledError,
+  DeadlineExceededError,
+  RedisGovernor,
+  RedisHealth,
+  RedisPermit,
+  RedisRoute,
 } from '..';
 
 const gov: Governor = Governor.fromToml('[scopes."openai/org/gpt-4o"]\nlimits = []', { clock: 'manual' });
@@ -125,3 +131,27 @@ planCapacity({ rpm: 60, avgOutput: 500 });
 // @ts-expect-error options are camelCase
 planCapacity({ rpm: 60, avgInput: 1, avgOutput: 1, input_tpm: 5 });
 void [binds, ceiling, reserving, shape, planned.sustainableRpm];
+
+async function shared(): Promise<void> {
+  const redis: RedisGovernor = RedisGovernor.fromToml('gov.toml', { clock: 'manual' });
+  const fromObject = RedisGovernor.fromJson({ scopes: {}, redis: { prefix: 'p', expected_processes: 2, scopes: {} } });
+  const sharedRoute: RedisRoute = redis.route(['openai/org/gpt-4o']);
+  const held: RedisPermit = await redis.tryAcquire({ route: sharedRoute, inputTokens: 1, maxOutputTokens: 2, cachedInputTokens: 0 });
+  await held.settle({ prompt_tokens: 1, completion_tokens: 2 });
+  await held.settle();
+  const waited: RedisPermit = await redis.acquire({ paths: ['x'], text: 'hi', deadlineMs: 10, signal: AbortSignal.timeout(5) });
+  await waited.cancel();
+  const charged: number = waited.charged.outputTokens + (waited.fromFallback ? 1 : 0);
+  const health: RedisHealth = redis.health();
+  const calls: number = health.redisCalls;
+  // @ts-expect-error shared scopes have no traffic classes
+  await redis.tryAcquire({ paths: ['x'], klass: 'batch' });
+  try {
+    await held.cancel();
+  } catch (e) {
+    if (e instanceof AlreadyReconciledError || e instanceof DeadlineExceededError) void e.code;
+  }
+  await redis.returnLeases();
+  void [fromObject, charged, calls, waited.state];
+}
+void shared;

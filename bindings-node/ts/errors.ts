@@ -119,6 +119,9 @@ export class DeadlineExceededError extends LlmgovError {
   declare readonly retryAfterMs: number | null;
 }
 
+/** A Redis permit was already settled or cancelled (`RedisPermit`); nothing changed. */
+export class AlreadyReconciledError extends LlmgovError {}
+
 /** The request's traffic class already has as many waiters as its queue allows. */
 export class QueueFullError extends LlmgovError {
   /** The class's name (empty for the default class). */
@@ -142,6 +145,7 @@ const CLASSES: Record<string, new (message: string, code: string) => LlmgovError
   permit_expired: PermitExpiredError,
   deadline_exceeded: DeadlineExceededError,
   queue_full: QueueFullError,
+  already_reconciled: AlreadyReconciledError,
 };
 
 native.registerErrorFactory((code, message) => new (CLASSES[code] ?? LlmgovError)(message, code));

@@ -151,7 +151,7 @@ export class Governor {
   tryAcquire(request: AcquireRequest): Permit {
     // Everything that may call the addon first; then the buffer, then the call.
     const route = this.#routeOf(request);
-    const input = this.#inputOf(request, REQUEST_FIELDS);
+    const input = inputOf(request, REQUEST_FIELDS);
     const cached = optionalCount('cachedInputTokens', request.cachedInputTokens);
     const maxOutput = optionalCount('maxOutputTokens', request.maxOutputTokens);
     const expected = request.expectedOutputTokens;
@@ -248,7 +248,7 @@ export class Governor {
       governor: this.#id,
       ...wait,
       route,
-      inputTokens: this.#inputOf(request, WAIT_FIELDS),
+      inputTokens: inputOf(request, WAIT_FIELDS),
       cachedInputTokens: optionalCount('cachedInputTokens', request.cachedInputTokens),
       maxOutputTokens: optionalCount('maxOutputTokens', request.maxOutputTokens),
       expectedOutputTokens: expected === undefined ? undefined : count('expectedOutputTokens', expected),
@@ -386,7 +386,7 @@ export class Governor {
     const expected = request.expectedOutputTokens;
     return {
       profile: this.#profileOf(request),
-      inputTokens: this.#inputOf(request, fields),
+      inputTokens: inputOf(request, fields),
       cachedInputTokens: optionalCount('cachedInputTokens', request.cachedInputTokens),
       maxOutputTokens: optionalCount('maxOutputTokens', request.maxOutputTokens),
       expectedOutputTokens: expected === undefined ? undefined : count('expectedOutputTokens', expected),
@@ -404,28 +404,6 @@ export class Governor {
     return this.profile(profile, consumer);
   }
 
-  /**
-   * The input the request gives: a count, a text or messages, at most one.
-   * With none, its keys are checked: `inputToken: 5000` would otherwise
-   * reserve no input. (`tryAcquire` scans a request's keys only then: a
-   * scan costs it about 50 ns, an eighth of the round trip; `acquire` and
-   * the profile calls scan every request.)
-   */
-  #inputOf(request: Omit<AcquireRequest, 'route' | 'paths'>, fields: ReadonlySet<string>): number {
-    const { inputTokens, text, messages } = request;
-    if (inputTokens !== undefined) {
-      if (text !== undefined || messages !== undefined) throw twoInputs(request);
-      return count('inputTokens', inputTokens);
-    }
-    if (text !== undefined) {
-      if (messages !== undefined) throw twoInputs(request);
-      return countTokens(text, request.model);
-    }
-    if (messages !== undefined) return countChatTokens(messages, request.model ?? 'gpt-4o', request.tools);
-    knownKeys(request, fields, 'a request');
-    return 0;
-  }
-
   #classOf(name: unknown): number {
     if (typeof name !== 'string') throw invalidArgument('klass', name, 'must be a class name');
     let id = this.#classes.get(name);
@@ -437,6 +415,29 @@ export class Governor {
   }
 }
 
+/**
+ * The input the request gives: a count, a text or messages, at most one.
+ * With none, its keys are checked: `inputToken: 5000` would otherwise
+ * reserve no input. (`tryAcquire` scans a request's keys only then: a
+ * scan costs it about 50 ns, an eighth of the round trip; `acquire` and
+ * the profile calls scan every request.)
+ * Shared with `RedisGovernor`.
+ */
+export function inputOf(request: Omit<AcquireRequest, 'route' | 'paths'>, fields: ReadonlySet<string>): number {
+  const { inputTokens, text, messages } = request;
+  if (inputTokens !== undefined) {
+    if (text !== undefined || messages !== undefined) throw twoInputs(request);
+    return count('inputTokens', inputTokens);
+  }
+  if (text !== undefined) {
+    if (messages !== undefined) throw twoInputs(request);
+    return countTokens(text, request.model);
+  }
+  if (messages !== undefined) return countChatTokens(messages, request.model ?? 'gpt-4o', request.tools);
+  knownKeys(request, fields, 'a request');
+  return 0;
+}
+
 /** A request that gives its input twice: which to count is the caller's to say. */
 function twoInputs(request: Omit<AcquireRequest, 'route' | 'paths'>): Error {
   const given = (['inputTokens', 'text', 'messages'] as const).filter((k) => request[k] !== undefined);
@@ -445,7 +446,8 @@ function twoInputs(request: Omit<AcquireRequest, 'route' | 'paths'>): Error {
 
 const GOVERNOR_OPTIONS = new Set(['clock']);
 
-function manual(options: GovernorOptions): boolean {
+/** Whether `options` ask for a manual clock; an `InvalidRequestError` naming a bad option. */
+export function manual(options: GovernorOptions): boolean {
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
     throw invalidArgument('options', options, "must be an object of options, e.g. { clock: 'manual' }");
   }
@@ -456,7 +458,7 @@ function manual(options: GovernorOptions): boolean {
 }
 
 /** The text of the config file at `path`; an `InvalidConfigError` naming `path` if it cannot be read. */
-function readConfig(path: string): string {
+export function readConfig(path: string): string {
   try {
     return readFileSync(path, 'utf8');
   } catch (error) {
@@ -465,6 +467,6 @@ function readConfig(path: string): string {
 }
 
 /** One line, no TOML syntax: a path (Python's `from_toml(path_or_text)` reads it the same way). */
-function looksLikePath(text: string): boolean {
+export function looksLikePath(text: string): boolean {
   return !/[\n=[]/.test(text);
 }

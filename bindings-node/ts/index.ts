@@ -28,6 +28,7 @@ export type {
   WaitHistogram,
 } from './native';
 export {
+  AlreadyReconciledError,
   CircuitOpenError,
   DeadlineExceededError,
   InvalidConfigError,
@@ -42,6 +43,8 @@ export {
   UnknownPresetError,
   UnknownScopeError,
 } from './errors';
+export { RedisGovernor, RedisPermit } from './redis';
+export type { RedisAcquireRequest, RedisCharge, RedisHealth, RedisPermitState, RedisRoute, RedisWaitRequest } from './redis';
 export { classifyResponse, RetryPolicy } from './feedback';
 export type { Advice, AdviceReason, AttemptOutcome, BodyLike, Classification, ClassifyOptions, Provider, RetryOptions } from './feedback';
 export { countChatTokens, countTokens, estimateTokens } from './tokens';

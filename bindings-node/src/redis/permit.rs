@@ -1,0 +1,115 @@
+//! `RedisPermit`: a reservation on local and shared scopes, reconciled once
+//! (settled or cancelled) on the thread pool.
+
+use std::sync::{Arc, Mutex};
+
+use llmgov::Usage;
+use llmgov_redis::SharedPermit;
+use napi::bindgen_prelude::AsyncTask;
+use napi::{Env, Result, Task};
+use napi_derive::napi;
+
+use super::SharedGovernor;
+use crate::errors::{reject_redis, OrThrow};
+use crate::numbers::count;
+
+/// A granted reservation of a `RedisGovernor`. Use the package's
+/// `RedisPermit`; this class is its engine.
+#[napi]
+pub struct NativeRedisPermit {
+    gov: SharedGovernor,
+    /// Locked by the one task reconciling it; a second finds it reconciled.
+    permit: Arc<Mutex<SharedPermit>>,
+    estimate: Usage,
+    from_fallback: bool,
+}
+
+impl NativeRedisPermit {
+    pub(crate) fn new(gov: SharedGovernor, permit: SharedPermit, estimate: Usage) -> Self {
+        let from_fallback = permit.from_fallback();
+        NativeRedisPermit { gov, permit: Arc::new(Mutex::new(permit)), estimate, from_fallback }
+    }
+
+    fn reconcile(&self, actual: Option<Usage>) -> AsyncTask<Reconcile> {
+        AsyncTask::new(Reconcile { gov: self.gov.clone(), permit: self.permit.clone(), actual })
+    }
+}
+
+/// What a permit reserved: its estimate, `maxOutputTokens` as the output.
+#[napi(object)]
+pub struct RedisEstimate {
+    pub input_tokens: f64,
+    pub cached_input_tokens: f64,
+    pub output_tokens: f64,
+}
+
+#[napi]
+impl NativeRedisPermit {
+    /// Reconciles with the actual usage on the thread pool: refunds what was
+    /// over-reserved, charges what was under, frees concurrency slots.
+    #[napi(catch_unwind, ts_return_type = "Promise<void>")]
+    pub fn settle(
+        &self,
+        env: Env,
+        input_tokens: f64,
+        cached_input_tokens: f64,
+        output_tokens: f64,
+    ) -> Result<AsyncTask<Reconcile>> {
+        let actual = Usage {
+            input_tokens: count("input_tokens", input_tokens).or_throw(&env)?,
+            cached_input_tokens: count("cached_input_tokens", cached_input_tokens).or_throw(&env)?,
+            output_tokens: count("output_tokens", output_tokens).or_throw(&env)?,
+        };
+        Ok(self.reconcile(Some(actual)))
+    }
+
+    /// Gives the whole reservation back, on the thread pool.
+    #[napi(catch_unwind, ts_return_type = "Promise<void>")]
+    pub fn cancel(&self) -> AsyncTask<Reconcile> {
+        self.reconcile(None)
+    }
+
+    /// What it reserved.
+    #[napi(getter)]
+    pub fn estimate(&self) -> RedisEstimate {
+        RedisEstimate {
+            input_tokens: self.estimate.input_tokens as f64,
+            cached_input_tokens: self.estimate.cached_input_tokens as f64,
+            output_tokens: self.estimate.output_tokens as f64,
+        }
+    }
+
+    /// Whether the shared scopes admitted it from the safe local share
+    /// because Redis was unreachable.
+    #[napi(getter)]
+    pub fn from_fallback(&self) -> bool {
+        self.from_fallback
+    }
+}
+
+/// `settle` (`Some`) or `cancel` (`None`) on the thread pool.
+pub struct Reconcile {
+    gov: SharedGovernor,
+    permit: Arc<Mutex<SharedPermit>>,
+    actual: Option<Usage>,
+}
+
+impl Task for Reconcile {
+    type Output = llmgov_redis::Result<()>;
+    type JsValue = ();
+
+    fn compute(&mut self) -> Result<Self::Output> {
+        // A panic elsewhere cannot leave a permit half reconciled: the
+        // governor marks it before any I/O, so the poisoned lock is still usable.
+        let mut permit = self.permit.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let gov = self.gov.get();
+        Ok(match self.actual {
+            Some(usage) => gov.settle(&mut permit, usage),
+            None => gov.cancel(&mut permit),
+        })
+    }
+
+    fn resolve(&mut self, env: Env, output: Self::Output) -> Result<()> {
+        output.map_err(|e| reject_redis(&env, e))
+    }
+}

@@ -1,0 +1,306 @@
+// RedisGovernor: scopes shared across processes through Redis. Two governors
+// on one prefix stand for two processes; every call that reaches Redis is a
+// Promise run on the thread pool, so the event loop keeps turning while one
+// is in flight. `acquire` waits while a limit refuses, gives up at its
+// deadline (at once when the predicted wait is past it) and holds nothing
+// once aborted.
+//
+// Against the server named by LLMGOV_REDIS_URL (`make test-node` starts a
+// private one); skipped without it, but for the event-loop test, which needs
+// no server.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import llmgov from '../dist/index.js';
+
+const {
+  AlreadyReconciledError,
+  DeadlineExceededError,
+  InvalidConfigError,
+  InvalidRequestError,
+  NeverFitsError,
+  RateLimitedError,
+  RedisGovernor,
+  RedisPermit,
+} = llmgov;
+
+const URL = process.env.LLMGOV_REDIS_URL ?? '';
+const NO_SERVER = URL === '' && 'LLMGOV_REDIS_URL is not set: run `make test-node`, which starts a private redis-server';
+const SCOPE = 'openai/org/gpt-4o';
+const PATHS = [SCOPE];
+// A slow call is not an outage: with the default 250 ms a loaded test
+// machine would fall back to the safe share now and then.
+const TIMEOUT = '2s';
+
+const FIVE_A_SECOND = '{ dimension = "requests", amount = 5, window = "1s" }';
+const ONE_A_MINUTE = '{ dimension = "requests", amount = 1, window = "1m" }';
+const ONE_SLOT = '{ dimension = "concurrency", amount = 1 }';
+
+let prefixes = 0;
+const freshPrefix = (name) => `node-${name}-${process.pid}-${Date.now()}-${prefixes++}`;
+
+/** The config of one shared exact scope with `limits`; no `url`: LLMGOV_REDIS_URL names it. */
+function config(prefix, limits, { url = undefined, mode = 'exact', timeout = TIMEOUT } = {}) {
+  return `
+[scopes."${SCOPE}"]
+limits = [${limits.join(', ')}]
+[scopes."tenants/*"]
+limits = [{ dimension = "requests", amount = 1000, window = "1m" }]
+[redis]
+${url === undefined ? '' : `url = "${url}"`}
+prefix = "${prefix}"
+expected_processes = 2
+timeout = "${timeout}"
+[redis.scopes."${SCOPE}"]
+mode = "${mode}"
+`;
+}
+
+/** Two governors on one prefix: two processes sharing the scope. */
+function pair(name, limits) {
+  const text = config(freshPrefix(name), limits);
+  return [RedisGovernor.fromToml(text), RedisGovernor.fromToml(text)];
+}
+
+const one = (name, limits, options) => RedisGovernor.fromToml(config(freshPrefix(name), limits), options);
+
+const take = (gov, extra = {}) => gov.tryAcquire({ paths: PATHS, inputTokens: 10, maxOutputTokens: 10, ...extra });
+
+/** Takes all five requests of the second, settled. */
+async function drain(gov) {
+  for (let i = 0; i < 5; i++) await (await take(gov)).settle();
+  await assert.rejects(take(gov), RateLimitedError);
+}
+
+test('two governors on one prefix share the limit: admitted up to it, then refused with its fields', { skip: NO_SERVER }, async () => {
+  const [a, b] = pair('share', ['{ dimension = "requests", amount = 3, window = "1m" }']);
+  const held = [await take(a), await take(b), await take(a)];
+  assert.ok(held.every((p) => p instanceof RedisPermit && p.state === 'pending' && !p.fromFallback));
+  for (const gov of [a, b]) {
+    const refused = await take(gov).then(() => assert.fail('admitted past the shared limit'), (e) => e);
+    assert.ok(refused instanceof RateLimitedError, String(refused));
+    assert.equal(refused.code, 'rate_limited');
+    assert.equal(refused.scope, SCOPE);
+    assert.equal(refused.dimension, 'requests');
+    assert.ok(refused.retryAfterMs > 0 && refused.retryAfterMs <= 20_000, `retryAfterMs ${refused.retryAfterMs}`);
+  }
+  const health = a.health();
+  assert.equal(health.degraded, false);
+  assert.equal(health.fallbackAdmissions, 0);
+  assert.ok(health.redisCalls >= 3, `redisCalls ${health.redisCalls}`);
+});
+
+test('settle refunds the unused output, from an SDK usage object too', { skip: NO_SERVER }, async () => {
+  const [a, b] = pair('refund', ['{ dimension = "tokens", amount = 1000, window = "1m" }']);
+  const big = { paths: PATHS, inputTokens: 100, maxOutputTokens: 800 };
+  const first = await a.tryAcquire(big);
+  assert.deepEqual(first.charged, { inputTokens: 100, cachedInputTokens: 0, outputTokens: 800 });
+  const other = { paths: PATHS, inputTokens: 100, maxOutputTokens: 700 };
+  await assert.rejects(b.tryAcquire(other), RateLimitedError, '900 of 1000 reserved, 800 more asked');
+  await first.settle({ prompt_tokens: 100, completion_tokens: 10 }); // OpenAI's usage shape
+  assert.equal(first.state, 'settled');
+  assert.deepEqual(first.charged, { inputTokens: 100, cachedInputTokens: 0, outputTokens: 10 });
+  const second = await b.tryAcquire(other); // 110 + 800 fit
+  await second.settle({ inputTokens: 100, outputTokens: 5 });
+});
+
+test('cancel gives the whole reservation back, its slot included', { skip: NO_SERVER }, async () => {
+  const [a, b] = pair('cancel', [ONE_SLOT]);
+  const held = await take(a);
+  const refused = await take(b).then(() => assert.fail('two slots of one'), (e) => e);
+  assert.ok(refused instanceof RateLimitedError);
+  assert.equal(refused.dimension, 'concurrency');
+  assert.equal(refused.retryAfterMs, null);
+  await held.cancel();
+  assert.equal(held.state, 'cancelled');
+  assert.deepEqual(held.charged, { inputTokens: 0, cachedInputTokens: 0, outputTokens: 0 });
+  await (await take(b)).settle();
+});
+
+test('a permit reconciles once: a second settle or cancel is AlreadyReconciledError', { skip: NO_SERVER }, async () => {
+  const gov = one('twice', [FIVE_A_SECOND]);
+  const permit = await take(gov);
+  await permit.settle({ inputTokens: 10, outputTokens: 2 });
+  const again = await permit.settle({ inputTokens: 10, outputTokens: 2 }).then(() => assert.fail('settled twice'), (e) => e);
+  assert.ok(again instanceof AlreadyReconciledError, String(again));
+  assert.equal(again.code, 'already_reconciled');
+  await assert.rejects(permit.cancel(), AlreadyReconciledError);
+  assert.equal(permit.state, 'settled');
+  // Two settles in flight at once: one wins, the other is refused.
+  const raced = await take(gov);
+  const outcomes = await Promise.allSettled([raced.settle(), raced.settle()]);
+  assert.deepEqual(outcomes.map((o) => o.status).sort(), ['fulfilled', 'rejected']);
+  assert.ok(outcomes.find((o) => o.status === 'rejected').reason instanceof AlreadyReconciledError);
+});
+
+test('acquire waits for a drained bucket to refill, and is admitted', { skip: NO_SERVER }, async () => {
+  const [a, b] = pair('refill', [FIVE_A_SECOND]);
+  await drain(a);
+  const started = performance.now();
+  const permit = await b.acquire({ paths: PATHS, inputTokens: 10, maxOutputTokens: 10, deadlineMs: 5_000 });
+  const waited = performance.now() - started;
+  assert.equal(permit.state, 'pending');
+  // One request comes back every 200 ms; the GCRA says when, so it is not early.
+  assert.ok(waited >= 100 && waited < 2_000, `waited ${waited} ms`);
+  await permit.settle();
+});
+
+test('a predicted wait past deadlineMs rejects at once with DeadlineExceededError', { skip: NO_SERVER }, async () => {
+  const gov = one('deadline', [ONE_A_MINUTE]);
+  await (await take(gov)).settle();
+  const started = performance.now();
+  const refused = await gov
+    .acquire({ paths: PATHS, inputTokens: 10, deadlineMs: 500 })
+    .then(() => assert.fail('admitted'), (e) => e);
+  assert.ok(performance.now() - started < 400, 'at once, not at the deadline');
+  assert.ok(refused instanceof DeadlineExceededError, String(refused));
+  assert.equal(refused.code, 'deadline_exceeded');
+  assert.ok(refused.waitedMs <= 50, `waitedMs ${refused.waitedMs}: refused at the first try`);
+  assert.ok(refused.retryAfterMs > 50_000, `retryAfterMs ${refused.retryAfterMs}`);
+});
+
+test('a polled wait gives up when its deadline comes', { skip: NO_SERVER }, async () => {
+  const gov = one('polled', [ONE_SLOT]);
+  const held = await take(gov);
+  const started = performance.now();
+  const refused = await gov.acquire({ paths: PATHS, inputTokens: 1, deadlineMs: 150 }).then(() => assert.fail('admitted'), (e) => e);
+  const waited = performance.now() - started;
+  assert.ok(refused instanceof DeadlineExceededError, String(refused));
+  assert.ok(waited >= 140 && refused.waitedMs >= 140, `waited ${waited} ms, waitedMs ${refused.waitedMs}`);
+  assert.equal(refused.retryAfterMs, null);
+  await held.cancel();
+});
+
+test('an aborted acquire rejects with the reason and holds nothing', { skip: NO_SERVER }, async () => {
+  const [a, b] = pair('abort', [ONE_SLOT]);
+  const held = await take(a);
+  const controller = new AbortController();
+  const waiting = b.acquire({ paths: PATHS, inputTokens: 1, signal: controller.signal });
+  setTimeout(() => controller.abort(new Error('caller left')), 60);
+  await assert.rejects(waiting, /caller left/);
+  const callsAfterAbort = b.health().redisCalls;
+  await held.cancel();
+  // The slot is free for the other process: the aborted waiter took nothing,
+  // and stopped trying.
+  const next = await take(a);
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  assert.equal(b.health().redisCalls, callsAfterAbort, 'no try after the abort');
+  await next.settle();
+  const aborted = AbortSignal.abort(new Error('already gone'));
+  await assert.rejects(b.acquire({ paths: PATHS, inputTokens: 1, signal: aborted }), /already gone/);
+});
+
+test('NeverFits is refused at once, waiting or not', { skip: NO_SERVER }, async () => {
+  const gov = one('never', ['{ dimension = "tokens", amount = 100, window = "1m" }']);
+  const refused = await take(gov, { inputTokens: 500 }).then(() => assert.fail('admitted'), (e) => e);
+  assert.ok(refused instanceof NeverFitsError);
+  assert.equal(refused.scope, SCOPE);
+  assert.equal(refused.cost, 510);
+  assert.equal(refused.burst, 100);
+  await assert.rejects(gov.acquire({ paths: PATHS, inputTokens: 500, deadlineMs: 10_000 }), NeverFitsError);
+});
+
+test('routes, the object form, a leased scope and returnLeases', { skip: NO_SERVER }, async () => {
+  const gov = RedisGovernor.fromJson({
+    scopes: { [SCOPE]: { limits: [{ dimension: 'tokens', amount: 10000, window: '1m' }] } },
+    redis: { url: URL, prefix: freshPrefix('json'), expected_processes: 2, timeout: TIMEOUT, scopes: { [SCOPE]: { mode: 'leased' } } },
+  });
+  const route = gov.route(PATHS);
+  assert.equal(gov.route([SCOPE]), route, 'cached');
+  assert.deepEqual(route.paths, PATHS);
+  const permit = await gov.tryAcquire({ route, text: 'Hello, world', maxOutputTokens: 50 });
+  assert.ok(permit.charged.inputTokens > 0, 'the text was counted');
+  await permit.settle({ input_tokens: permit.charged.inputTokens, output_tokens: 7 }); // Anthropic's shape
+  await gov.returnLeases();
+  assert.equal(gov.health().degraded, false);
+});
+
+test('bad input names the field and the value', { skip: NO_SERVER }, async () => {
+  const gov = one('bad', [FIVE_A_SECOND]);
+  const fieldOf = async (promise) => {
+    const error = await promise.then(() => assert.fail('accepted'), (e) => e);
+    assert.ok(error instanceof InvalidRequestError, String(error));
+    return [error.field, error.value];
+  };
+  assert.deepEqual(await fieldOf(take(gov, { inputTokens: -1 })), ['inputTokens', '-1']);
+  assert.deepEqual(await fieldOf(take(gov, { maxOutputTokens: 1.5 })), ['maxOutputTokens', '1.5']);
+  assert.deepEqual(await fieldOf(take(gov, { inputToken: 5 })), ['inputToken', '5']);
+  assert.deepEqual(await fieldOf(take(gov, { klass: 'batch' })), ['klass', '"batch"']);
+  assert.deepEqual(await fieldOf(take(gov, { expectedOutputTokens: 5 })), ['expectedOutputTokens', '5']);
+  assert.deepEqual(await fieldOf(gov.acquire({ paths: PATHS, deadlineMs: -5 })), ['deadlineMs', '-5']);
+  assert.deepEqual(await fieldOf(gov.acquire({ paths: PATHS, signal: 'soon' })), ['signal', '"soon"']);
+  const permit = await take(gov);
+  assert.deepEqual(await fieldOf(permit.settle({ inputTokens: 10, outputTokens: -3 })), ['outputTokens', '-3']);
+  assert.equal(permit.state, 'pending', 'a refused usage changes nothing');
+  await permit.cancel();
+  const otherRoute = one('bad-other', [FIVE_A_SECOND]).route(PATHS);
+  assert.deepEqual((await fieldOf(gov.tryAcquire({ route: otherRoute, inputTokens: 1 })))[0], 'route');
+
+  const badConfig = (text) => {
+    try {
+      RedisGovernor.fromToml(text);
+    } catch (error) {
+      assert.ok(error instanceof InvalidConfigError, String(error));
+      return [error.field, error.value];
+    }
+    assert.fail('built');
+  };
+  const good = config(freshPrefix('bad-config'), [FIVE_A_SECOND]);
+  assert.deepEqual(badConfig(good.replace('expected_processes = 2', 'expected_processes = 0')), ['redis.expected_processes', '0']);
+  assert.deepEqual(badConfig(good.replace(`timeout = "${TIMEOUT}"`, 'timeout = "soon"')), ['redis.timeout', 'soon']);
+  assert.deepEqual(badConfig(good.replace('mode = "exact"', 'mode = "fast"')), ['redis.scopes.openai/org/gpt-4o.mode', 'fast']);
+  assert.throws(() => RedisGovernor.fromToml(good, { clock: 'sundial' }), (e) => e instanceof InvalidRequestError && e.field === 'clock');
+});
+
+test('the event loop keeps turning while a Redis call is in flight', async () => {
+  // A server that accepts and never answers: the acquire waits out its
+  // timeout on the thread pool, then admits from the safe local share.
+  const sockets = new Set();
+  const silent = createServer((socket) => sockets.add(socket));
+  await new Promise((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  const url = `redis://127.0.0.1:${silent.address().port}`;
+  try {
+    const gov = RedisGovernor.fromToml(config(freshPrefix('loop'), [FIVE_A_SECOND], { url, timeout: '400ms' }));
+    let ticks = 0;
+    const ticker = setInterval(() => ticks++, 10);
+    const started = performance.now();
+    let acquired = false;
+    const acquiring = take(gov).then((p) => ((acquired = true), p));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.equal(acquired, false, 'still waiting on the silent server');
+    assert.ok(ticks >= 3, `the timer fired ${ticks} times in 100 ms`);
+    const permit = await acquiring;
+    clearInterval(ticker);
+    assert.ok(performance.now() - started >= 350, 'it did wait on the server');
+    assert.equal(permit.fromFallback, true);
+    assert.equal(gov.health().degraded, true);
+    assert.ok(ticks >= 15, `the timer fired ${ticks} times during a 400 ms call`);
+    await permit.cancel();
+  } finally {
+    for (const socket of sockets) socket.destroy();
+    silent.close();
+  }
+});
+
+test("the README's RedisGovernor example runs", { skip: NO_SERVER }, () => {
+  const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+  const section = readFileSync(join(root, 'README.md'), 'utf8').split('## One budget across processes')[1] ?? '';
+  const block = /```js\n([\s\S]*?)```/.exec(section)?.[1];
+  assert.ok(block, 'README.md has a RedisGovernor example');
+  // Inside the package, so that `import 'llmgov'` resolves to it.
+  const file = join(root, 'examples', '.readme-redis.mjs');
+  writeFileSync(file, block);
+  try {
+    const out = execFileSync(process.execPath, [file], { cwd: root, encoding: 'utf8', timeout: 60_000 });
+    assert.match(out, /^shared limit reached: retry after \d+ ms$/m);
+    assert.match(out, /^deadline_exceeded$/m);
+    assert.match(out, /degraded: false/);
+  } finally {
+    rmSync(file);
+  }
+});
