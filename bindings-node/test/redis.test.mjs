@@ -1,5 +1,6 @@
 // RedisGovernor: scopes shared across processes through Redis. Two governors
-// on one prefix stand for two processes; every call that reaches Redis is a
+// on one prefix stand for two processes, and 4 worker processes
+// (helpers/redis-worker.mjs) share one budget for real; every call that reaches Redis is a
 // Promise run on the thread pool, so the event loop keeps turning while one
 // is in flight. `acquire` waits while a limit refuses, gives up at its
 // deadline (at once when the predicted wait is past it) and holds nothing
@@ -10,7 +11,7 @@
 // no server.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
@@ -24,6 +25,7 @@ const {
   InvalidConfigError,
   InvalidRequestError,
   NeverFitsError,
+  PermitExpiredError,
   RateLimitedError,
   RedisGovernor,
   RedisPermit,
@@ -255,6 +257,59 @@ test('bad input names the field and the value', { skip: NO_SERVER }, async () =>
   assert.deepEqual(badConfig(good.replace(`timeout = "${TIMEOUT}"`, 'timeout = "soon"')), ['redis.timeout', 'soon']);
   assert.deepEqual(badConfig(good.replace('mode = "exact"', 'mode = "fast"')), ['redis.scopes.openai/org/gpt-4o.mode', 'fast']);
   assert.throws(() => RedisGovernor.fromToml(good, { clock: 'sundial' }), (e) => e instanceof InvalidRequestError && e.field === 'clock');
+});
+
+/** A daily limit of `amount` requests on the shared scope, in `mode`: nothing refills during the test. */
+const daily = (prefix, amount, mode) =>
+  config(prefix, [`{ dimension = "requests", amount = ${amount}, window = "1d" }`], { mode, url: URL }).replace(
+    'expected_processes = 2',
+    `expected_processes = ${WORKERS}`,
+  );
+const WORKERS = 4;
+
+/** Runs WORKERS worker processes on `text`, released together; what each admitted. */
+async function workers(text, attempts) {
+  const script = join(dirname(fileURLToPath(import.meta.url)), 'helpers', 'redis-worker.mjs');
+  const start = Date.now() + 1_500; // after every worker has loaded the addon
+  const runs = Array.from({ length: WORKERS }, () =>
+    new Promise((resolve, reject) =>
+      execFile(process.execPath, [script, text, String(start), String(attempts)], { timeout: 60_000 }, (error, out) =>
+        error ? reject(error) : resolve(JSON.parse(out)),
+      ),
+    ),
+  );
+  const results = await Promise.all(runs);
+  assert.ok(results.every((r) => r.fallbackAdmissions === 0), 'no worker fell back to its safe share');
+  return results.map((r) => r.admitted);
+}
+
+test('worker processes share one budget: exact admits exactly the limit, leased at most it', { skip: NO_SERVER }, async () => {
+  const exact = await workers(daily(freshPrefix('procs-exact'), 60, 'exact'), 40);
+  assert.equal(exact.reduce((a, b) => a + b), 60, `admitted per process: ${exact}`);
+
+  const prefix = freshPrefix('procs-leased');
+  const leased = await workers(daily(prefix, 80, 'leased'), 40);
+  const total = leased.reduce((a, b) => a + b);
+  assert.ok(total <= 80 && total >= 60, `admitted per process: ${leased}`);
+  // Every worker gave its unused lease back: a newcomer gets exactly the rest.
+  const newcomer = RedisGovernor.fromToml(daily(prefix, 80, 'leased'));
+  let rest = 0;
+  for (let i = 0; i < 100; i++) {
+    const admitted = await newcomer.tryAcquire({ paths: PATHS, inputTokens: 1 }).then((p) => p.settle().then(() => true), () => false);
+    if (!admitted) break;
+    rest++;
+  }
+  assert.equal(total + rest, 80, `${total} by the workers, ${rest} by the newcomer`);
+});
+
+test('a manual clock expires a permit: settling it rejects with PermitExpiredError', { skip: NO_SERVER }, async () => {
+  const gov = RedisGovernor.fromToml(`permit_ttl = "1s"\n${config(freshPrefix('expiry'), [FIVE_A_SECOND])}`, { clock: 'manual' });
+  assert.equal(gov.nowMs(), 0);
+  const permit = await take(gov);
+  gov.advance(1_500);
+  await assert.rejects(permit.settle(), PermitExpiredError);
+  assert.equal(permit.state, 'expired');
+  assert.throws(() => one('expiry-monotonic', [FIVE_A_SECOND]).advance(1), (e) => e instanceof InvalidRequestError && e.field === 'clock');
 });
 
 test('the event loop keeps turning while a Redis call is in flight', async () => {
