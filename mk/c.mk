@@ -2,12 +2,14 @@
 # C tests under AddressSanitizer and under valgrind, and the Go package.
 # Everything builds into the one cargo target directory ($CARGO_TARGET_DIR,
 # else target/), in the debug profile `make test-rust` already built.
+# The C tests and the Go tests run against a private redis-server each
+# (installed if missing), for the Redis governor's tests; the others ignore it.
 
 C_TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
 C_LIB_DIR := $(C_TARGET_DIR)/debug
 C_OUT := $(C_TARGET_DIR)/bindings-c
 C_SRC := bindings-c/tests/c
-C_TESTS := governor misuse threads acquire feedback routing routing_wait events prometheus cancel cost plan
+C_TESTS := governor misuse threads acquire feedback routing routing_wait events prometheus cancel cost plan redis
 C_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' bindings-c/Cargo.toml)
 C_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -pthread
 # Compiles and links through the generated pkg-config file, as a user would.
@@ -22,6 +24,10 @@ C_VALGRIND := $(C_RUN) valgrind -q --leak-check=full --error-exitcode=1 --num-ca
 # cgo links the shared library found through CGO_LDFLAGS; the rpath lets the
 # test binary find it at run time.
 C_GO_ENV := CGO_ENABLED=1 CGO_LDFLAGS="-L$(C_LIB_DIR) -Wl,-rpath,$(C_LIB_DIR)"
+# A private redis-server named in LLMGOV_REDIS_URL for the command that
+# follows (see mk/redis.mk); one run directory per target, so that targets
+# run in parallel do not share one.
+C_WITH_REDIS = backend-redis/with-redis.sh $(C_TARGET_DIR)/c-redis-test/$@
 
 .PHONY: test-c test-go lib-c c-header c-asan c-valgrind c-static c-readme c-examples bench-c
 LANGUAGE_TESTS += test-c
@@ -40,17 +46,17 @@ lib-c:
 c-header:
 	$(CARGO) test -p llmgov-c --test header
 
-c-asan: lib-c
-	set -e; for t in $(C_TESTS); do \
+c-asan: lib-c redis-server-installed
+	$(C_WITH_REDIS) sh -c 'set -e; for t in $(C_TESTS); do \
 		gcc $(C_CFLAGS) $(C_ASAN) $(C_SRC)/test_$$t.c $(C_LINK) -o $(C_OUT)/test_$$t-asan; \
 		ASAN_OPTIONS=detect_leaks=1 $(C_RUN) $(C_OUT)/test_$$t-asan; \
-	done
+	done'
 
-c-valgrind: lib-c
-	set -e; for t in $(C_TESTS); do \
+c-valgrind: lib-c redis-server-installed
+	$(C_WITH_REDIS) sh -c 'set -e; for t in $(C_TESTS); do \
 		gcc $(C_CFLAGS) $(C_SRC)/test_$$t.c $(C_LINK) -o $(C_OUT)/test_$$t; \
 		$(C_VALGRIND) $(C_OUT)/test_$$t; \
-	done
+	done'
 
 ## The static library links and works alone.
 c-static: lib-c
@@ -85,9 +91,10 @@ c-examples: lib-c
 	grep -q '^request 1: gpt-4o on azure/eastus$$' $(C_OUT)/example_profiles.out
 
 # Go's `llmgov top` tests run target/debug/llmgov.
-test-go: lib-c
+test-go: lib-c redis-server-installed
 	$(CARGO) build -p llmgov-cli
-	cd bindings-c/go && $(C_GO_ENV) go vet ./... && $(C_GO_ENV) go test -race -count=1 ./...
+	cd bindings-c/go && $(C_GO_ENV) go vet ./...
+	$(C_WITH_REDIS) sh -c 'cd bindings-c/go && $(C_GO_ENV) go test -race -count=1 ./...'
 
 ## The round trip from C and from Go (cgo included) beside Rust's, in one
 ## run, release build: the figures in BENCHMARKS.md.

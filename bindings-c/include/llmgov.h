@@ -438,6 +438,21 @@ typedef struct llmgov_permit llmgov_permit;
 typedef struct llmgov_profile llmgov_profile;
 
 /**
+ * A governor whose shared scopes are enforced across processes through
+ * Redis (the `[redis]` section names them), the others in this process.
+ * Every function taking a `const llmgov_redis_governor *` may be called
+ * from any number of threads at once.
+ */
+typedef struct llmgov_redis_governor llmgov_redis_governor;
+
+/**
+ * A reservation granted by a Redis governor. Settle it with the actual
+ * usage, or cancel it if the request was never sent; then free it. One
+ * thread at a time.
+ */
+typedef struct llmgov_redis_permit llmgov_redis_permit;
+
+/**
  * What a request asks to reserve. A zeroed struct with its `route` set is
  * a valid request in the default class reserving one request (and a
  * concurrency slot); set the token counts you know.
@@ -1509,6 +1524,228 @@ void llmgov_permit_free(struct llmgov_permit *permit);
  * writable for one `llmgov_plan`.
  */
 llmgov_result llmgov_plan_capacity(const struct llmgov_plan_input *input, struct llmgov_plan *out);
+
+/**
+ * A Redis governor from a TOML configuration: the local governor's
+ * sections plus `[redis]` (`url`, else the `LLMGOV_REDIS_URL` environment
+ * variable; `prefix`; `expected_processes`; `[redis.scopes."<path>"]` with
+ * `mode = "exact"` or `"leased"`; see backend-redis/README.md). A bad
+ * config is `LLMGOV_RESULT_INVALID_CONFIG`, and `llmgov_last_error` names
+ * the field (`redis.lease_ttl`) and the value. Redis need not answer yet:
+ * while it does not, shared scopes admit from each limit ÷
+ * `expected_processes` (see `llmgov_redis_governor_health_json`).
+ *
+ * `clock` is NULL for the monotonic clock, or a manual clock for local
+ * limits, permit expiry, reconnection pacing and the acquire timeout
+ * (shared limits run on Redis's own time).
+ *
+ * # Ownership
+ * On success `*out_governor` is the caller's: free it with
+ * `llmgov_redis_governor_free`. On failure it is not written.
+ *
+ * # Safety
+ * `toml` NULL (an error) or NUL-terminated; `clock` NULL or a live manual
+ * clock; `out_governor` NULL (an error) or writable.
+ */
+llmgov_result llmgov_redis_governor_from_toml(const char *toml,
+                                              const struct llmgov_manual_clock *clock,
+                                              const struct llmgov_redis_governor **out_governor);
+
+/**
+ * A Redis governor from a JSON configuration: the fields of the TOML form,
+ * with a `"redis"` object. As `llmgov_redis_governor_from_toml`; JSON that
+ * does not parse is `LLMGOV_RESULT_INVALID_CONFIG` naming `json`.
+ *
+ * # Ownership
+ * As `llmgov_redis_governor_from_toml`.
+ *
+ * # Safety
+ * As `llmgov_redis_governor_from_toml`, with `json` for `toml`.
+ */
+llmgov_result llmgov_redis_governor_from_json(const char *json,
+                                              const struct llmgov_manual_clock *clock,
+                                              const struct llmgov_redis_governor **out_governor);
+
+/**
+ * Releases the caller's reference to a Redis governor. NULL does nothing.
+ *
+ * Permits not yet freed keep it alive, so they can still be settled; it
+ * goes with the last of them: its background heartbeat stops and every
+ * lease's unused part goes back to Redis. Called from inside a local
+ * governor's event callback, it lets the governor go once the llmgov call
+ * that raised the event returns.
+ *
+ * # Safety
+ * `governor` must be NULL or a governor from `llmgov_redis_governor_from_*`
+ * not freed yet, and not used after.
+ */
+void llmgov_redis_governor_free(const struct llmgov_redis_governor *governor);
+
+/**
+ * Resolves a request's scope paths, once, to a route number for
+ * `llmgov_redis_governor_try_acquire` and `_acquire`: every configured or
+ * template scope on every prefix of every path, the shared ones in Redis,
+ * the others local. The same paths, in the same order, give the same number.
+ *
+ * Errors as `llmgov_governor_route`.
+ *
+ * # Ownership
+ * As `llmgov_governor_route`: the number carries this governor's tag, so
+ * another governor's route (local or Redis) is refused
+ * (`LLMGOV_RESULT_INVALID_REQUEST` naming `route`). It is never 0.
+ *
+ * # Safety
+ * As `llmgov_governor_route`.
+ */
+llmgov_result llmgov_redis_governor_route(const struct llmgov_redis_governor *governor,
+                                          const char *const *paths,
+                                          size_t paths_len,
+                                          uint64_t *out_route);
+
+/**
+ * The governor's link to Redis, as JSON: `{"degraded", "fallback_admissions",
+ * "redis_errors", "recoveries", "state_resets", "redis_calls",
+ * "last_error"}` (`last_error` is a string or `null`). `degraded` is true
+ * while Redis fails and shared scopes admit from the safe local share.
+ *
+ * # Ownership
+ * On success `*out_json` is the caller's: free it with `llmgov_string_free`.
+ *
+ * # Safety
+ * `governor` NULL or live; `out_json` NULL or writable.
+ */
+llmgov_result llmgov_redis_governor_health_json(const struct llmgov_redis_governor *governor,
+                                                char **out_json);
+
+/**
+ * Gives every lease's unused part back to Redis now (leased mode), as
+ * freeing the governor does: call it before the process exits if the
+ * governor is never freed.
+ *
+ * # Safety
+ * `governor` NULL (an error) or live.
+ */
+llmgov_result llmgov_redis_governor_return_leases(const struct llmgov_redis_governor *governor);
+
+/**
+ * Refreshes every concurrency slot this process holds in Redis now. A
+ * background thread already does it every third of `redis.slot_ttl`; call
+ * it only to test slot expiry.
+ *
+ * # Safety
+ * `governor` NULL (an error) or live.
+ */
+llmgov_result llmgov_redis_governor_heartbeat(const struct llmgov_redis_governor *governor);
+
+/**
+ * Reserves `input_tokens` (of which `cached_input_tokens` from the prompt
+ * cache) and `max_output_tokens` on every scope of the route now, shared
+ * and local, or nothing. A refusal is `LLMGOV_RESULT_RATE_LIMITED`
+ * (`llmgov_last_error` gives the scope, the dimension and, in exact mode,
+ * when it could pass; none for a concurrency slot or a leased pool) or
+ * `LLMGOV_RESULT_NEVER_FITS`; a token count above 2^40, or more cached
+ * input than input, is `LLMGOV_RESULT_INVALID_REQUEST` naming the field.
+ * Each shared scope in exact mode costs one Redis call; while Redis is
+ * away, the safe local share answers.
+ *
+ * # Ownership
+ * On success `*out_permit` is the caller's: settle or cancel it, then free
+ * it with `llmgov_redis_permit_free`. It holds a reference to the governor.
+ *
+ * # Safety
+ * `governor` NULL or live; `out_permit` NULL or writable.
+ */
+llmgov_result llmgov_redis_governor_try_acquire(const struct llmgov_redis_governor *governor,
+                                                uint64_t route,
+                                                uint64_t input_tokens,
+                                                uint64_t cached_input_tokens,
+                                                uint64_t max_output_tokens,
+                                                struct llmgov_redis_permit **out_permit);
+
+/**
+ * `llmgov_redis_governor_try_acquire`, waiting while a limit refuses: the
+ * calling thread sleeps until the refusing limit could admit the request
+ * (exact mode's GCRA says when; a concurrency slot or a leased pool is
+ * polled every 2 to 50 ms) and tries again. Redis keeps no queue: whoever
+ * tries first after capacity returns takes it.
+ *
+ * Returns `LLMGOV_RESULT_DEADLINE_EXCEEDED` when `timeout_ns`
+ * (`LLMGOV_NO_TIMEOUT`: none) passes on the governor's clock, and at once
+ * when the predicted wait is already longer (`llmgov_last_error` gives the
+ * prediction as `retry_after` and how long it waited as `waited_ns`);
+ * `LLMGOV_RESULT_NEVER_FITS` at once; and `LLMGOV_RESULT_CANCELLED`
+ * promptly once another thread cancels `cancel` (NULL: no token), holding
+ * nothing. On a manual clock the timeout moves only as the clock does; the
+ * sleeps are real time.
+ *
+ * # Ownership
+ * As `llmgov_redis_governor_try_acquire`. The token stays the caller's.
+ *
+ * # Safety
+ * As `llmgov_redis_governor_try_acquire`; `cancel` NULL or a token live
+ * for the whole call.
+ */
+llmgov_result llmgov_redis_governor_acquire(const struct llmgov_redis_governor *governor,
+                                            uint64_t route,
+                                            uint64_t input_tokens,
+                                            uint64_t cached_input_tokens,
+                                            uint64_t max_output_tokens,
+                                            uint64_t timeout_ns,
+                                            const struct llmgov_cancel_token *cancel,
+                                            struct llmgov_redis_permit **out_permit);
+
+/**
+ * Reconciles the permit with the request's actual usage: refunds what was
+ * over-reserved and charges any overage, in Redis and locally, and frees
+ * its concurrency slots. A permit reconciles once: again is
+ * `LLMGOV_RESULT_PERMIT_FINISHED`; after the permit TTL,
+ * `LLMGOV_RESULT_PERMIT_EXPIRED` (charged as estimated). A usage out of
+ * range is `LLMGOV_RESULT_INVALID_REQUEST` naming the field and changes
+ * nothing: the permit stays pending. If Redis fails meanwhile, the refund
+ * is lost (capacity stays charged; a slot comes back after its TTL).
+ *
+ * # Ownership
+ * The permit stays the caller's (free it after).
+ *
+ * # Safety
+ * `permit` NULL or a live permit that no other thread is using.
+ */
+llmgov_result llmgov_redis_permit_settle(struct llmgov_redis_permit *permit,
+                                         struct llmgov_usage usage);
+
+/**
+ * Gives the whole reservation back (the request was never sent). Errors
+ * as `llmgov_redis_permit_settle`.
+ *
+ * # Ownership
+ * As `llmgov_redis_permit_settle`.
+ *
+ * # Safety
+ * As `llmgov_redis_permit_settle`.
+ */
+llmgov_result llmgov_redis_permit_cancel(struct llmgov_redis_permit *permit);
+
+/**
+ * Writes whether the permit's shared part came from the safe local share
+ * (Redis was away when it was granted) to `*out_from_fallback`.
+ *
+ * # Safety
+ * `permit` NULL or live; `out_from_fallback` NULL or writable.
+ */
+llmgov_result llmgov_redis_permit_from_fallback(const struct llmgov_redis_permit *permit,
+                                                bool *out_from_fallback);
+
+/**
+ * Frees a permit. NULL does nothing. A permit freed while still pending is
+ * not refunded: it stays charged, and its concurrency slot stays taken
+ * until the permit TTL, then the slot TTL, pass. Cancel a request you
+ * abandon.
+ *
+ * # Safety
+ * `permit` must be NULL or a permit from `llmgov_redis_governor_try_acquire`
+ * or `_acquire` not freed yet, and not used after.
+ */
+void llmgov_redis_permit_free(struct llmgov_redis_permit *permit);
 
 /**
  * Resolves profile `name` (a `[profiles.<name>]` of the configuration) and

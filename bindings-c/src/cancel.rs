@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use llmgov_core::Request;
 
@@ -78,35 +78,66 @@ impl Wake for Unpark {
     }
 }
 
+/// This thread, registered with a token so that cancelling it unparks the
+/// thread; unregistered when dropped.
+pub(crate) struct Registration<'a> {
+    token: &'a llmgov_cancel_token,
+    id: u64,
+    waker: Waker,
+}
+
+impl<'a> Registration<'a> {
+    pub(crate) fn new(token: &'a llmgov_cancel_token) -> Self {
+        let waker = Waker::from(Arc::new(Unpark(thread::current())));
+        let mut waiters = token.waiters();
+        let id = waiters.next;
+        waiters.next += 1;
+        waiters.wakers.insert(id, waker.clone());
+        drop(waiters);
+        Registration { token, id, waker }
+    }
+
+    /// Sleeps for `pause`, or returns `LLMGOV_RESULT_CANCELLED` as soon as
+    /// the token is cancelled (before or during the sleep).
+    pub(crate) fn sleep(&self, pause: Duration) -> Outcome {
+        let end = Instant::now().checked_add(pause);
+        loop {
+            // `cancel` stores before it wakes: checked before each park, a
+            // cancel is never missed, and park returns at once after an unpark.
+            self.token.check()?;
+            let left = end.map_or(pause, |end| end.saturating_duration_since(Instant::now()));
+            if left.is_zero() {
+                return Ok(());
+            }
+            thread::park_timeout(left);
+        }
+    }
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        self.token.waiters().wakers.remove(&self.id);
+    }
+}
+
 /// Drives `wait` on this thread until it is answered, or `token` is
 /// cancelled (then the future is dropped: it leaves the queue).
 pub(crate) fn block_on<T>(
     wait: impl Future<Output = llmgov_core::Result<T>>,
     token: &llmgov_cancel_token,
 ) -> Outcome<T> {
-    let waker = Waker::from(Arc::new(Unpark(thread::current())));
-    let id = {
-        let mut waiters = token.waiters();
-        let id = waiters.next;
-        waiters.next += 1;
-        waiters.wakers.insert(id, waker.clone());
-        id
-    };
-    let mut cx = Context::from_waker(&waker);
+    let registration = Registration::new(token);
+    let mut cx = Context::from_waker(&registration.waker);
     let mut wait = std::pin::pin!(wait);
     // Checked before each poll, and `cancel` stores before it wakes: a
     // cancel is never missed, and park returns at once after an unpark.
-    let outcome = loop {
-        if token.is_cancelled() {
-            break Err(cancelled());
-        }
+    loop {
+        token.check()?;
         match wait.as_mut().poll(&mut cx) {
-            Poll::Ready(result) => break result.map_err(Failure::from),
+            Poll::Ready(result) => return result.map_err(Failure::from),
             Poll::Pending => thread::park(),
         }
-    };
-    token.waiters().wakers.remove(&id);
-    outcome
+    }
 }
 
 #[cold]

@@ -10,6 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
 use llmgov_core::{ceil_ms, Error};
+use llmgov_redis::Error as RedisError;
 
 use crate::dimension::llmgov_dimension;
 
@@ -210,6 +211,9 @@ pub struct llmgov_error {
 #[derive(Debug)]
 pub(crate) enum Failure {
     Core(Error),
+    /// The Redis backend's own refusals (`llmgov_redis_*`); its wrapped
+    /// core errors become `Core`.
+    Redis(RedisError),
     /// The binding's own: a bad argument, or a caught panic.
     Binding {
         result: llmgov_result,
@@ -222,6 +226,15 @@ pub(crate) enum Failure {
 impl From<Error> for Failure {
     fn from(e: Error) -> Self {
         Failure::Core(e)
+    }
+}
+
+impl From<RedisError> for Failure {
+    fn from(e: RedisError) -> Self {
+        match e {
+            RedisError::Core(core) => Failure::Core(core),
+            other => Failure::Redis(other),
+        }
     }
 }
 
@@ -267,20 +280,16 @@ impl Failure {
 
     fn result(&self) -> llmgov_result {
         match self {
-            Failure::Core(e) => match e {
-                Error::RateLimited { .. } => llmgov_result::RateLimited,
-                Error::NeverFits { .. } => llmgov_result::NeverFits,
-                Error::InvalidConfig { .. } => llmgov_result::InvalidConfig,
-                Error::InvalidPath { .. } => llmgov_result::InvalidPath,
-                Error::UnknownScope { .. } => llmgov_result::UnknownScope,
-                Error::UnknownPreset { .. } => llmgov_result::UnknownPreset,
-                Error::InvalidRequest { .. } => llmgov_result::InvalidRequest,
-                Error::PermitFinished { .. } => llmgov_result::PermitFinished,
-                Error::PermitExpired => llmgov_result::PermitExpired,
-                Error::DeadlineExceeded { .. } => llmgov_result::DeadlineExceeded,
-                Error::QueueFull { .. } => llmgov_result::QueueFull,
-                Error::CircuitOpen { .. } => llmgov_result::CircuitOpen,
-                _ => llmgov_result::UnknownError,
+            Failure::Core(e) => core_result(e),
+            // The same numbers as the core's refusals; a permit reconciled
+            // twice is the core's "permit finished".
+            Failure::Redis(e) => match e {
+                RedisError::RateLimited { .. } => llmgov_result::RateLimited,
+                RedisError::NeverFits { .. } => llmgov_result::NeverFits,
+                RedisError::InvalidConfig { .. } => llmgov_result::InvalidConfig,
+                RedisError::DeadlineExceeded { .. } => llmgov_result::DeadlineExceeded,
+                RedisError::AlreadyReconciled => llmgov_result::PermitFinished,
+                RedisError::Core(core) => core_result(core),
             },
             Failure::Binding { result, .. } => *result,
         }
@@ -291,6 +300,9 @@ impl Failure {
         let mut r = Rendered {
             code: match self {
                 Failure::Core(e) => c_string(e.code()),
+                Failure::Redis(RedisError::Core(e)) => c_string(e.code()),
+                // `already_reconciled` reads as `permit_finished`, its result's code.
+                Failure::Redis(_) => self.result().code().to_owned(),
                 Failure::Binding { result, .. } => result.code().to_owned(),
             },
             message: c_string(&self.to_string()),
@@ -335,9 +347,51 @@ impl Failure {
                 r.field = Some(field).filter(|f| !f.is_empty()).map(|f| c_string(f));
                 r.value = value.as_deref().map(c_string);
             }
+            Failure::Redis(e) => render_redis(e, &mut r),
             Failure::Core(_) => {}
         }
         r
+    }
+}
+
+/// The result of a core error: the number of its code.
+fn core_result(e: &Error) -> llmgov_result {
+    match e {
+        Error::RateLimited { .. } => llmgov_result::RateLimited,
+        Error::NeverFits { .. } => llmgov_result::NeverFits,
+        Error::InvalidConfig { .. } => llmgov_result::InvalidConfig,
+        Error::InvalidPath { .. } => llmgov_result::InvalidPath,
+        Error::UnknownScope { .. } => llmgov_result::UnknownScope,
+        Error::UnknownPreset { .. } => llmgov_result::UnknownPreset,
+        Error::InvalidRequest { .. } => llmgov_result::InvalidRequest,
+        Error::PermitFinished { .. } => llmgov_result::PermitFinished,
+        Error::PermitExpired => llmgov_result::PermitExpired,
+        Error::DeadlineExceeded { .. } => llmgov_result::DeadlineExceeded,
+        Error::QueueFull { .. } => llmgov_result::QueueFull,
+        Error::CircuitOpen { .. } => llmgov_result::CircuitOpen,
+        _ => llmgov_result::UnknownError,
+    }
+}
+
+/// The details of the Redis backend's refusals, as of the core's of the same code.
+fn render_redis(e: &RedisError, r: &mut Rendered) {
+    let text = |s: &str| Some(c_string(s));
+    let nanos = |d: &std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    match e {
+        RedisError::RateLimited { scope, dimension, retry_after } => {
+            r.scope = text(scope);
+            r.dimension = (*dimension).into();
+            r.retry_after_ns = Some(retry_after.as_ref().map(nanos));
+        }
+        RedisError::NeverFits { scope, dimension, cost, burst } => {
+            (r.scope, r.dimension, r.cost, r.burst) = (text(scope), (*dimension).into(), *cost, *burst);
+        }
+        RedisError::InvalidConfig { field, value, .. } => (r.field, r.value) = (text(field), text(value)),
+        RedisError::DeadlineExceeded { waited, retry_after } => {
+            r.waited_ns = nanos(waited);
+            r.retry_after_ns = Some(retry_after.as_ref().map(nanos));
+        }
+        _ => {}
     }
 }
 
@@ -345,6 +399,7 @@ impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Failure::Core(e) => write!(f, "{e}"),
+            Failure::Redis(e) => write!(f, "{e}"),
             Failure::Binding { result: llmgov_result::Panic, reason, .. } => {
                 write!(f, "internal error: llmgov panicked: {reason}")
             }
@@ -574,6 +629,31 @@ mod tests {
             let result = Failure::Core(e).result();
             assert_eq!(result.code().to_str().unwrap(), code);
         }
+    }
+
+    #[test]
+    fn the_redis_backends_refusals_take_the_cores_codes() {
+        use llmgov_core::Dimension;
+        use std::time::Duration;
+        let limited = RedisError::RateLimited { scope: "s".into(), dimension: Dimension::Requests, retry_after: None };
+        let cases = [
+            (limited, llmgov_result::RateLimited),
+            (
+                RedisError::DeadlineExceeded { waited: Duration::ZERO, retry_after: None },
+                llmgov_result::DeadlineExceeded,
+            ),
+            (RedisError::AlreadyReconciled, llmgov_result::PermitFinished),
+            (RedisError::Core(Error::PermitExpired), llmgov_result::PermitExpired),
+        ];
+        for (error, expected) in cases {
+            assert_eq!(record(Failure::from(error)), expected);
+            let mut e = std::mem::MaybeUninit::<llmgov_error>::uninit();
+            assert_eq!(unsafe { llmgov_last_error(e.as_mut_ptr()) }, llmgov_result::Ok);
+            let code = unsafe { CStr::from_ptr(e.assume_init().code) };
+            assert_eq!(code, expected.code(), "the code is the result's, as for the core's errors");
+        }
+        let (_, message, _) = last();
+        assert_eq!(message, "permit expired: it was not settled within its TTL and was charged as estimated");
     }
 
     #[test]

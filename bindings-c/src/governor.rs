@@ -86,19 +86,26 @@ impl llmgov_governor {
     /// Why `number` names none of this governor's routes (or classes, or scopes).
     #[cold]
     fn not_ours(&self, number: u64, field: &'static str, what: &str, from: &str) -> Failure {
-        let tag = (number >> 32) as u32;
-        if tag == self.tag || tag == 0 || tag >= NEXT_TAG.load(Ordering::Relaxed) {
-            return unknown_number(field, number, from);
-        }
-        Failure::Core(llmgov_core::Error::InvalidRequest {
-            field,
-            value: number.to_string(),
-            reason: format!(
-                "this {what} belongs to another governor: {what} numbers are valid only with the governor whose \
-                 {from} returned them"
-            ),
-        })
+        not_ours(self.tag, number, field, what, from)
     }
+}
+
+/// Why `number` names none of the numbers the governor tagged `tag` handed
+/// out: another governor's (local or Redis: they share the tags), or none.
+#[cold]
+pub(crate) fn not_ours(tag: u32, number: u64, field: &'static str, what: &str, from: &str) -> Failure {
+    let theirs = (number >> 32) as u32;
+    if theirs == tag || theirs == 0 || theirs >= NEXT_TAG.load(Ordering::Relaxed) {
+        return unknown_number(field, number, from);
+    }
+    Failure::Core(llmgov_core::Error::InvalidRequest {
+        field,
+        value: number.to_string(),
+        reason: format!(
+            "this {what} belongs to another governor: {what} numbers are valid only with the governor whose \
+             {from} returned them"
+        ),
+    })
 }
 
 /// The tag of the next governor made; 0 is never one, so a zeroed route
@@ -107,7 +114,7 @@ static NEXT_TAG: AtomicU32 = AtomicU32::new(1);
 
 /// A tag for a new governor. After 2^32 - 1 governors the tags wrap (and
 /// skip 0); only two governors that far apart could share one.
-fn next_tag() -> u32 {
+pub(crate) fn next_tag() -> u32 {
     loop {
         let tag = NEXT_TAG.fetch_add(1, Ordering::Relaxed);
         if tag != 0 {

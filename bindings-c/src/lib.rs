@@ -8,7 +8,8 @@
 //! them at length):
 //!
 //! - Symbols are `llmgov_<type>_<verb>`; handles (`llmgov_governor`,
-//!   `llmgov_permit`, `llmgov_profile`, `llmgov_manual_clock`) are opaque.
+//!   `llmgov_permit`, `llmgov_profile`, `llmgov_manual_clock`,
+//!   `llmgov_redis_governor`, `llmgov_redis_permit`) are opaque.
 //! - Every constructor has its `_free`; freeing NULL does nothing.
 //! - Every fallible function returns an `llmgov_result` (stable numbers;
 //!   0 is success) and writes its out-parameters only on success.
@@ -32,6 +33,7 @@ mod governor;
 mod interned;
 mod permit;
 mod plan;
+mod redis;
 mod routing;
 mod strings;
 mod tokens;

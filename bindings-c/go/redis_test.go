@@ -1,0 +1,308 @@
+package llmgov_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"llmgov.dev/llmgov"
+)
+
+// The RedisGovernor against the redis-server named by LLMGOV_REDIS_URL
+// (`make test-go` starts one); skipped without it.
+
+const redisScope = "openai/org/gpt-4o"
+
+var redisPrefixes atomic.Int64
+
+func redisURL(t *testing.T) string {
+	t.Helper()
+	url := os.Getenv("LLMGOV_REDIS_URL")
+	if url == "" {
+		t.Skip("LLMGOV_REDIS_URL is not set (`make test-go` starts a redis-server)")
+	}
+	return url
+}
+
+// redisConfig puts limits on the shared scope, on prefix; the url comes
+// from LLMGOV_REDIS_URL. A slow call is no outage (under -race): timeout 2s.
+func redisConfig(prefix, limits string) string {
+	return fmt.Sprintf(`
+[scopes.%q]
+limits = [%s]
+[redis]
+prefix = %q
+expected_processes = 2
+timeout = "2s"
+[redis.scopes.%q]
+mode = "exact"
+`, redisScope, limits, prefix, redisScope)
+}
+
+func freshPrefix(t *testing.T) string {
+	return fmt.Sprintf("go-%s-%d-%d-%d", strings.ReplaceAll(t.Name(), "/", "-"), os.Getpid(),
+		time.Now().UnixNano(), redisPrefixes.Add(1))
+}
+
+func redisGovernor(t *testing.T, prefix, limits string) (*llmgov.RedisGovernor, llmgov.RedisRoute) {
+	t.Helper()
+	redisURL(t)
+	gov, err := llmgov.NewRedisGovernorFromTOML(redisConfig(prefix, limits))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gov.Close)
+	route, err := gov.Route(redisScope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gov, route
+}
+
+const (
+	tenAMinute  = `{ dimension = "requests", amount = 10, window = "1m" }`
+	fiveASecond = `{ dimension = "requests", amount = 5, window = "1s" }`
+	oneAMinute  = `{ dimension = "requests", amount = 1, window = "1m" }`
+	oneSlot     = `{ dimension = "concurrency", amount = 1 }`
+	aThousand   = `{ dimension = "tokens", amount = 1000, window = "1m" }`
+)
+
+func mustCode(t *testing.T, err error, code llmgov.Code) *llmgov.Error {
+	t.Helper()
+	var e *llmgov.Error
+	if !errors.Is(err, code) || !errors.As(err, &e) {
+		t.Fatalf("got %v, want %s", err, code.Name())
+	}
+	return e
+}
+
+func TestRedisTwoGovernorsShareOneLimitExactly(t *testing.T) {
+	prefix := freshPrefix(t)
+	a, routeA := redisGovernor(t, prefix, tenAMinute)
+	b, routeB := redisGovernor(t, prefix, tenAMinute)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gov, route := a, routeA
+			if i%2 == 1 {
+				gov, route = b, routeB
+			}
+			for range 5 {
+				p, err := gov.TryAcquire(llmgov.RedisRequest{Route: route, InputTokens: 10, MaxOutputTokens: 10})
+				if err != nil {
+					mustCode(t, err, llmgov.ErrRateLimited)
+					continue
+				}
+				admitted.Add(1)
+				if err := p.Settle(llmgov.Usage{InputTokens: 10, OutputTokens: 10}); err != nil {
+					t.Error(err)
+				}
+				p.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted.Load() != 10 {
+		t.Fatalf("admitted %d, want exactly 10", admitted.Load())
+	}
+	_, err := a.TryAcquire(llmgov.RedisRequest{Route: routeA})
+	e := mustCode(t, err, llmgov.ErrRateLimited)
+	if e.Scope != redisScope || e.Dimension != "requests" || !e.HasRetryAfter || e.RetryAfter <= time.Second {
+		t.Fatalf("refusal %+v", e)
+	}
+	// One governor's route is not the other's.
+	_, err = b.TryAcquire(llmgov.RedisRequest{Route: routeA})
+	if e := mustCode(t, err, llmgov.ErrInvalidRequest); e.Field != "route" {
+		t.Fatalf("field %q", e.Field)
+	}
+	health, err := a.Health()
+	if err != nil || health.Degraded || health.RedisCalls == 0 || health.LastError != nil {
+		t.Fatalf("health %+v, %v", health, err)
+	}
+}
+
+func TestRedisSettleRefundsCancelFreesAndAPermitReconcilesOnce(t *testing.T) {
+	gov, route := redisGovernor(t, freshPrefix(t), aThousand)
+	_, err := gov.TryAcquire(llmgov.RedisRequest{Route: route, InputTokens: 100, MaxOutputTokens: 901})
+	if e := mustCode(t, err, llmgov.ErrNeverFits); e.Cost != 1001 || e.Burst != 1000 {
+		t.Fatalf("never fits %+v", e)
+	}
+	first, err := gov.TryAcquire(llmgov.RedisRequest{Route: route, InputTokens: 100, MaxOutputTokens: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	big := llmgov.RedisRequest{Route: route, InputTokens: 100, MaxOutputTokens: 800}
+	_, err = gov.TryAcquire(big)
+	mustCode(t, err, llmgov.ErrRateLimited)
+	if err := first.Settle(llmgov.Usage{InputTokens: 100}); err != nil {
+		t.Fatal(err)
+	}
+	second, err := gov.TryAcquire(big) // the unused 500 came back
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	mustCode(t, first.Settle(llmgov.Usage{InputTokens: 100}), llmgov.ErrPermitFinished)
+	mustCode(t, first.Cancel(), llmgov.ErrPermitFinished)
+	e := mustCode(t, second.Settle(llmgov.Usage{InputTokens: 10, CachedInputTokens: 20}), llmgov.ErrInvalidRequest)
+	if e.Field != "cached_input_tokens" || e.Value != "20" {
+		t.Fatalf("bad usage %+v", e)
+	}
+	if err := second.Cancel(); err != nil { // still pending: cancelled
+		t.Fatal(err)
+	}
+	if fallback, err := second.FromFallback(); err != nil || fallback {
+		t.Fatalf("from fallback %v, %v", fallback, err)
+	}
+	third, err := gov.TryAcquire(big) // cancelled: its 900 came back
+	if err != nil {
+		t.Fatal(err)
+	}
+	gov.Close() // the permit keeps it alive
+	if err := third.Settle(llmgov.Usage{InputTokens: 100, OutputTokens: 800}); err != nil {
+		t.Fatal(err)
+	}
+	third.Close()
+	if err := third.Cancel(); !errors.Is(err, llmgov.ErrClosed) {
+		t.Fatalf("closed permit: %v", err)
+	}
+	if _, err := gov.TryAcquire(big); !errors.Is(err, llmgov.ErrClosed) {
+		t.Fatalf("closed governor: %v", err)
+	}
+}
+
+func TestRedisAcquireWaitsForADrainedBucket(t *testing.T) {
+	gov, route := redisGovernor(t, freshPrefix(t), fiveASecond)
+	r := llmgov.RedisRequest{Route: route, InputTokens: 10, MaxOutputTokens: 10}
+	for range 5 {
+		p, err := gov.TryAcquire(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Close()
+	}
+	if _, err := gov.TryAcquire(r); !errors.Is(err, llmgov.ErrRateLimited) {
+		t.Fatalf("not drained: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	started := time.Now()
+	p, err := gov.Acquire(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if waited := time.Since(started); waited < 50*time.Millisecond || waited > 3*time.Second {
+		t.Fatalf("waited %v for a refill of 200ms", waited)
+	}
+}
+
+func TestRedisAPredictedWaitPastTheDeadlineIsRefusedAtOnce(t *testing.T) {
+	gov, route := redisGovernor(t, freshPrefix(t), oneAMinute)
+	r := llmgov.RedisRequest{Route: route}
+	p, err := gov.TryAcquire(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	started := time.Now()
+	_, err = gov.Acquire(ctx, r)
+	e := mustCode(t, err, llmgov.ErrDeadlineExceeded)
+	if time.Since(started) > 500*time.Millisecond || !e.HasRetryAfter || e.RetryAfter < 50*time.Second {
+		t.Fatalf("refused after %v with %+v", time.Since(started), e)
+	}
+}
+
+func TestRedisCancellingCtxStopsAWaitOnAHeldSlot(t *testing.T) {
+	gov, route := redisGovernor(t, freshPrefix(t), oneSlot)
+	r := llmgov.RedisRequest{Route: route}
+	held, err := gov.TryAcquire(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	health, _ := gov.Health()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		p, err := gov.Acquire(ctx, r)
+		if p != nil {
+			p.Close()
+		}
+		done <- err
+	}()
+	for { // polling: refused at least twice
+		now, _ := gov.Health()
+		if now.RedisCalls >= health.RedisCalls+2 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	select {
+	case err = <-done:
+	case <-time.After(time.Second):
+		t.Fatal("the wait went on after its ctx was cancelled")
+	}
+	if !errors.Is(err, llmgov.ErrCancelled) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v", err)
+	}
+	// The waiter holds nothing: once the held slot is back, it is free.
+	if err := held.Cancel(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := gov.TryAcquire(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+}
+
+func TestRedisBadInputNamesTheField(t *testing.T) {
+	redisURL(t)
+	_, err := llmgov.NewRedisGovernorFromTOML(redisConfig("bad prefix!", tenAMinute))
+	if e := mustCode(t, err, llmgov.ErrInvalidConfig); e.Field != "redis.prefix" || e.Value != "bad prefix!" {
+		t.Fatalf("%+v", e)
+	}
+	_, err = llmgov.NewRedisGovernorFromJSON(`{"redis": {"prefix": "x", "expected_processes": "two"}}`)
+	if e := mustCode(t, err, llmgov.ErrInvalidConfig); e.Field != "redis.expected_processes" || e.Value != "two" {
+		t.Fatalf("%+v", e)
+	}
+	_, err = llmgov.NewRedisGovernorFromTOML("a = \x00")
+	if e := mustCode(t, err, llmgov.ErrInvalidArg); e.Field != "toml" {
+		t.Fatalf("%+v", e)
+	}
+	gov, route := redisGovernor(t, freshPrefix(t), tenAMinute)
+	_, err = gov.Route(redisScope, "anthropic")
+	if e := mustCode(t, err, llmgov.ErrUnknownScope); e.Scope != "anthropic" {
+		t.Fatalf("%+v", e)
+	}
+	_, err = gov.TryAcquire(llmgov.RedisRequest{Route: route, MaxOutputTokens: 1<<40 + 1})
+	if e := mustCode(t, err, llmgov.ErrInvalidRequest); e.Field != "max_output_tokens" {
+		t.Fatalf("%+v", e)
+	}
+	_, err = gov.Acquire(context.Background(), llmgov.RedisRequest{Route: 0})
+	if e := mustCode(t, err, llmgov.ErrInvalidRequest); e.Field != "route" || e.Value != "0" {
+		t.Fatalf("%+v", e)
+	}
+	var none *llmgov.RedisGovernor
+	if _, err := none.Route(redisScope); !errors.Is(err, llmgov.ErrNullArgument) {
+		t.Fatalf("nil governor: %v", err)
+	}
+	var zero llmgov.RedisPermit
+	if err := zero.Settle(llmgov.Usage{}); !errors.Is(err, llmgov.ErrNullArgument) {
+		t.Fatalf("zero permit: %v", err)
+	}
+}
