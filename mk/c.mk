@@ -66,9 +66,12 @@ c-static: lib-c
 
 ## The quick starts of README.md and bindings-c/README.md, run as written:
 ## the first ```c and ```go blocks from each one's "Quick start (C)" and
-## "Quick start (Go)" headings.
+## "Quick start (Go)" headings; then bindings-c/README.md's Redis examples,
+## against a private redis-server.
 C_QUICKSTART = awk '/^\#\# Quick start \($(2)\)/{s=1} s&&/^```$(3)$$/{f=1;next} f&&/^```$$/{exit} f' $(1)
-c-readme: lib-c
+# The C and Go blocks under bindings-c/README.md's "Redis:" heading.
+C_REDIS_README = awk '/^\#\# Redis:/{s=1} s&&/^```$(1)$$/{f=1;next} f&&/^```$$/{exit} f' bindings-c/README.md
+c-readme: lib-c redis-server-installed
 	set -e; for readme in README.md bindings-c/README.md; do \
 		$(call C_QUICKSTART,$$readme,C,c) > $(C_OUT)/quickstart.c; \
 		gcc $(C_CFLAGS) $(C_ASAN) $(C_OUT)/quickstart.c $(C_LINK) -o $(C_OUT)/quickstart; \
@@ -82,6 +85,17 @@ c-readme: lib-c
 		grep -q 'retry after [0-9.]*s$$' $(C_OUT)/quickstart_go.out; \
 		echo "$$readme: quick starts ran: $$(cat $(C_OUT)/quickstart.out) / $$(cat $(C_OUT)/quickstart_go.out)"; \
 	done
+	$(call C_REDIS_README,c) > $(C_OUT)/readme_redis.c
+	gcc $(C_CFLAGS) $(C_ASAN) $(C_OUT)/readme_redis.c $(C_LINK) -o $(C_OUT)/readme_redis
+	mkdir -p $(C_OUT)/readme_redis_go
+	$(call C_REDIS_README,go) > $(C_OUT)/readme_redis_go/main.go
+	printf 'module readmeredis\n\ngo 1.24\n\nrequire llmgov.dev/llmgov v0.0.0\n\nreplace llmgov.dev/llmgov => %s\n' \
+		$(CURDIR)/bindings-c/go > $(C_OUT)/readme_redis_go/go.mod
+	$(C_WITH_REDIS) sh -c '$(C_OUT)/readme_redis > $(C_OUT)/readme_redis.out \
+		&& cd $(C_OUT)/readme_redis_go && $(C_GO_ENV) go run . > ../readme_redis_go.out'
+	grep -q '^ok: {"degraded":false,' $(C_OUT)/readme_redis.out
+	grep -q '^degraded: false, redis calls: [1-9]' $(C_OUT)/readme_redis_go.out
+	@echo "bindings-c/README.md: Redis examples ran: $$(cat $(C_OUT)/readme_redis.out) / $$(cat $(C_OUT)/readme_redis_go.out)"
 
 ## bindings-c/examples/profiles.c, compiled and run under ASan: the second
 ## deployment takes over when the first is full.
