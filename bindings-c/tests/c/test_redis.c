@@ -3,8 +3,10 @@
  * governors on one prefix share a limit exactly, settle refunds, cancel
  * frees a slot, a permit reconciles once, a blocking acquire waits for a
  * drained bucket and is admitted, a predicted wait past the timeout is
- * refused at once, a cancel token stops a wait on a held slot, and bad
- * input names the field. Under valgrind, freeing everything leaks nothing. */
+ * refused at once, a cancel token stops a wait on a held slot, local scopes
+ * follow a manual clock, leased mode (from JSON) stays within the limit,
+ * frees inside an event callback are safe, and bad input names the field.
+ * Under valgrind, freeing everything leaks nothing. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -273,6 +275,117 @@ static void a_cancel_token_stops_a_wait_on_a_held_slot(void) {
     llmgov_redis_governor_free(gov);
 }
 
+/* Local scopes (here the tenants template) follow the manual clock the governor was
+ * built with; the shared one runs on Redis's time. */
+static void local_scopes_follow_a_manual_clock(void) {
+    char prefix[128], config[1024];
+    fresh_prefix(prefix, sizeof prefix, "clock");
+    snprintf(config, sizeof config,
+             "[scopes.\"%s\"]\n"
+             "limits = [{ dimension = \"requests\", amount = 100, window = \"1m\" }]\n"
+             "[scopes.\"tenants/*\"]\n"
+             "limits = [{ dimension = \"requests\", amount = 1, window = \"1m\" }]\n"
+             "[redis]\nprefix = \"%s\"\nexpected_processes = 1\ntimeout = \"2s\"\n"
+             "[redis.scopes.\"%s\"]\nmode = \"exact\"\n",
+             SCOPE, prefix, SCOPE);
+    llmgov_manual_clock *clock = llmgov_manual_clock_new(0);
+    const llmgov_redis_governor *gov = NULL;
+    CHECK_OK(llmgov_redis_governor_from_toml(config, clock, &gov));
+    const char *paths[] = {"tenants/acme", SCOPE};
+    uint64_t route = 0;
+    CHECK_OK(llmgov_redis_governor_route(gov, paths, 2, &route));
+    llmgov_redis_permit *permit = NULL;
+    CHECK_OK(llmgov_redis_governor_try_acquire(gov, route, 10, 0, 10, &permit));
+    CHECK_OK(llmgov_redis_permit_settle(permit, (llmgov_usage){10, 0, 10}));
+    llmgov_redis_permit_free(permit);
+    CHECK_RESULT(llmgov_redis_governor_try_acquire(gov, route, 10, 0, 10, &permit), LLMGOV_RESULT_RATE_LIMITED);
+    llmgov_error e = last_error();
+    CHECK_STR(e.scope, "tenants/acme");
+    CHECK(e.retry_after_ms == 60000); /* exactly the manual clock's minute */
+    /* On the manual clock, a timeout passes only as the clock does: a
+     * predicted minute past a 1 s timeout is refused at once. */
+    CHECK_RESULT(llmgov_redis_governor_acquire(gov, route, 10, 0, 10, 1000 * MS, NULL, &permit),
+                 LLMGOV_RESULT_DEADLINE_EXCEEDED);
+    CHECK(last_error().waited_ns == 0);
+    CHECK_OK(llmgov_manual_clock_advance(clock, 60000 * MS));
+    CHECK_OK(llmgov_redis_governor_try_acquire(gov, route, 10, 0, 10, &permit));
+    CHECK_OK(llmgov_redis_permit_cancel(permit));
+    llmgov_redis_permit_free(permit);
+    llmgov_manual_clock_free(clock); /* the governor keeps its own reference */
+    llmgov_redis_governor_free(gov);
+}
+
+/* Leased mode, from JSON: two governors on one prefix admit at most the
+ * limit from the leases they take, and give the unused part back. */
+static void leased_mode_from_json_stays_within_the_limit(void) {
+    char prefix[128], config[1024];
+    fresh_prefix(prefix, sizeof prefix, "leased");
+    snprintf(config, sizeof config,
+             "{\"scopes\": {\"%s\": {\"limits\": [{\"dimension\": \"requests\", \"amount\": 10, \"window\": \"1m\"}]}},"
+             " \"redis\": {\"prefix\": \"%s\", \"expected_processes\": 2, \"timeout\": \"2s\","
+             " \"scopes\": {\"%s\": {\"mode\": \"leased\"}}}}",
+             SCOPE, prefix, SCOPE);
+    const llmgov_redis_governor *a = NULL, *b = NULL;
+    CHECK_OK(llmgov_redis_governor_from_json(config, NULL, &a));
+    CHECK_OK(llmgov_redis_governor_from_json(config, NULL, &b));
+    uint64_t route_a = 0, route_b = 0;
+    CHECK_OK(llmgov_redis_governor_route(a, &SCOPE, 1, &route_a));
+    CHECK_OK(llmgov_redis_governor_route(b, &SCOPE, 1, &route_b));
+    int admitted = 0;
+    for (int i = 0; i < 30; i++) {
+        llmgov_redis_permit *permit = NULL;
+        if (llmgov_redis_governor_try_acquire(i % 2 ? b : a, i % 2 ? route_b : route_a, 1, 0, 1, &permit) ==
+            LLMGOV_RESULT_OK) {
+            admitted++;
+            CHECK_OK(llmgov_redis_permit_settle(permit, (llmgov_usage){1, 0, 1}));
+            llmgov_redis_permit_free(permit);
+        }
+    }
+    CHECK(admitted >= 5 && admitted <= 10);
+    CHECK_OK(llmgov_redis_governor_return_leases(a));
+    CHECK_OK(llmgov_redis_governor_return_leases(b));
+    llmgov_redis_governor_free(a);
+    llmgov_redis_governor_free(b);
+}
+
+/* A Redis permit and governor freed from inside a local governor's event
+ * callback go once the call that raised the event returns. */
+typedef struct {
+    llmgov_redis_permit *permit;
+    const llmgov_redis_governor *gov;
+    int calls;
+} frees;
+
+static void free_in_callback(void *userdata, const char *json, size_t len) {
+    (void)json;
+    (void)len;
+    frees *f = userdata;
+    f->calls++;
+    llmgov_redis_permit_free(f->permit);
+    llmgov_redis_governor_free(f->gov);
+    f->permit = NULL;
+    f->gov = NULL;
+}
+
+static void frees_inside_an_event_callback_are_safe(void) {
+    uint64_t route = 0;
+    frees f = {NULL, governor("callback", TEN_A_MINUTE, &route), 0};
+    CHECK_OK(llmgov_redis_governor_try_acquire(f.gov, route, 10, 0, 10, &f.permit));
+    const llmgov_governor *local = NULL;
+    CHECK_OK(llmgov_governor_from_toml("[scopes.\"p\"]\nlimits = [{ dimension = \"requests\", amount = 1, window = \"1m\" }]\n",
+                                       NULL, &local));
+    CHECK_OK(llmgov_governor_set_event_hook(local, free_in_callback, &f));
+    const char *p = "p";
+    llmgov_request request = {0};
+    CHECK_OK(llmgov_governor_route(local, &p, 1, &request.route));
+    llmgov_permit *first = NULL, *second = NULL;
+    CHECK_OK(llmgov_governor_try_acquire(local, &request, &first));
+    CHECK_RESULT(llmgov_governor_try_acquire(local, &request, &second), LLMGOV_RESULT_RATE_LIMITED);
+    CHECK(f.calls == 1 && f.permit == NULL && f.gov == NULL);
+    llmgov_permit_free(first);
+    llmgov_governor_free(local);
+}
+
 static void bad_input_names_the_field(void) {
     const llmgov_redis_governor *gov = (const llmgov_redis_governor *)0x1;
     CHECK_RESULT(redis_governor("c-bad", "{ dimension = \"requests\", amount = 0, window = \"1m\" }", &gov),
@@ -368,6 +481,9 @@ int main(void) {
     a_blocking_acquire_waits_for_a_drained_bucket();
     a_predicted_wait_past_the_timeout_is_refused_at_once();
     a_cancel_token_stops_a_wait_on_a_held_slot();
+    local_scopes_follow_a_manual_clock();
+    leased_mode_from_json_stays_within_the_limit();
+    frees_inside_an_event_callback_are_safe();
     bad_input_names_the_field();
     return finish("redis");
 }
