@@ -404,8 +404,8 @@ typedef uint32_t llmgov_encoding;
 #endif // __cplusplus
 
 /**
- * A cancel signal for `llmgov_governor_acquire_cancellable` and
- * `llmgov_governor_acquire_profile`, set once by
+ * A cancel signal for `llmgov_governor_acquire_cancellable`,
+ * `llmgov_governor_acquire_profile` and `llmgov_redis_governor_acquire`, set once by
  * `llmgov_cancel_token_cancel` from any thread. One token may serve
  * several waits (all of them are cancelled); it cannot be reset.
  */
@@ -904,9 +904,11 @@ const char *llmgov_version(void);
 struct llmgov_cancel_token *llmgov_cancel_token_new(void);
 
 /**
- * Cancels every `llmgov_governor_acquire_cancellable` and
- * `llmgov_governor_acquire_profile` waiting on `token`, now and later:
- * each returns `LLMGOV_RESULT_CANCELLED` promptly, holding nothing. Callable from any thread, any number of times.
+ * Cancels every `llmgov_governor_acquire_cancellable`,
+ * `llmgov_governor_acquire_profile` and `llmgov_redis_governor_acquire`
+ * waiting on `token`, now and later: each returns
+ * `LLMGOV_RESULT_CANCELLED` promptly, holding nothing. Callable from any
+ * thread, any number of times.
  *
  * # Safety
  * `token` NULL (an error) or a live token.

@@ -18,8 +18,8 @@ use crate::errors::{guard, guard_infallible, llmgov_result, Failure, Outcome};
 use crate::governor::llmgov_governor;
 use crate::permit::{hand_out, llmgov_permit, llmgov_request, LLMGOV_NO_TIMEOUT};
 
-/// A cancel signal for `llmgov_governor_acquire_cancellable` and
-/// `llmgov_governor_acquire_profile`, set once by
+/// A cancel signal for `llmgov_governor_acquire_cancellable`,
+/// `llmgov_governor_acquire_profile` and `llmgov_redis_governor_acquire`, set once by
 /// `llmgov_cancel_token_cancel` from any thread. One token may serve
 /// several waits (all of them are cancelled); it cannot be reset.
 #[allow(non_camel_case_types)]
@@ -160,9 +160,11 @@ pub extern "C" fn llmgov_cancel_token_new() -> *mut llmgov_cancel_token {
     Box::into_raw(Box::new(llmgov_cancel_token::uncancelled()))
 }
 
-/// Cancels every `llmgov_governor_acquire_cancellable` and
-/// `llmgov_governor_acquire_profile` waiting on `token`, now and later:
-/// each returns `LLMGOV_RESULT_CANCELLED` promptly, holding nothing. Callable from any thread, any number of times.
+/// Cancels every `llmgov_governor_acquire_cancellable`,
+/// `llmgov_governor_acquire_profile` and `llmgov_redis_governor_acquire`
+/// waiting on `token`, now and later: each returns
+/// `LLMGOV_RESULT_CANCELLED` promptly, holding nothing. Callable from any
+/// thread, any number of times.
 ///
 /// # Safety
 /// `token` NULL (an error) or a live token.
