@@ -122,6 +122,9 @@ func (g *RedisGovernor) Close() {
 	}
 }
 
+// ptr is the C governor, or why g cannot be used. Callers keep g alive
+// (runtime.KeepAlive) until C is done with the handle: were g unreachable
+// during the call, its cleanup could free the handle under it.
 func (g *RedisGovernor) ptr() (*C.llmgov_redis_governor, error) {
 	if g == nil || g.handle == nil {
 		return nil, errNil("governor", redisGovernorMakers)
@@ -139,6 +142,7 @@ func (g *RedisGovernor) Route(paths ...string) (RedisRoute, error) {
 	if err != nil {
 		return 0, err
 	}
+	defer runtime.KeepAlive(g)
 	cpaths, free, err := cStrings("paths", paths)
 	if err != nil {
 		return 0, err
@@ -160,6 +164,7 @@ func (g *RedisGovernor) TryAcquire(r RedisRequest) (*RedisPermit, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer runtime.KeepAlive(g)
 	var handle *C.llmgov_redis_permit
 	err = call(func() C.llmgov_result {
 		return C.llmgov_redis_governor_try_acquire(h, C.uint64_t(r.Route), C.uint64_t(r.InputTokens),
@@ -187,6 +192,7 @@ func (g *RedisGovernor) Acquire(ctx context.Context, r RedisRequest) (*RedisPerm
 	if err != nil {
 		return nil, err
 	}
+	defer runtime.KeepAlive(g)
 	timeout := timeoutOf(ctx)
 	var handle *C.llmgov_redis_permit
 	acquire := func(token *C.llmgov_cancel_token) error {
@@ -212,6 +218,7 @@ func (g *RedisGovernor) Health() (*RedisHealth, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer runtime.KeepAlive(g)
 	var out *C.char
 	err = call(func() C.llmgov_result { return C.llmgov_redis_governor_health_json(h, &out) })
 	text, err := takeString(out, err)
@@ -232,6 +239,7 @@ func (g *RedisGovernor) ReturnLeases() error {
 	if err != nil {
 		return err
 	}
+	defer runtime.KeepAlive(g)
 	return call(func() C.llmgov_result { return C.llmgov_redis_governor_return_leases(h) })
 }
 
@@ -242,6 +250,7 @@ func (g *RedisGovernor) Heartbeat() error {
 	if err != nil {
 		return err
 	}
+	defer runtime.KeepAlive(g)
 	return call(func() C.llmgov_result { return C.llmgov_redis_governor_heartbeat(h) })
 }
 

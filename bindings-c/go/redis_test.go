@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -305,4 +306,52 @@ func TestRedisBadInputNamesTheField(t *testing.T) {
 	if err := zero.Settle(llmgov.Usage{}); !errors.Is(err, llmgov.ErrNullArgument) {
 		t.Fatalf("zero permit: %v", err)
 	}
+}
+
+// A governor nothing refers to after Acquire is called is still alive
+// until Acquire returns: its cleanup must not free it during the wait.
+func TestRedisAGovernorIsNotCollectedDuringItsOwnWait(t *testing.T) {
+	redisURL(t)
+	prefix := freshPrefix(t)
+	drainer, route := redisGovernor(t, prefix, fiveASecond)
+	for range 5 {
+		p, err := drainer.TryAcquire(llmgov.RedisRequest{Route: route})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Close()
+	}
+	collect := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-collect:
+				return
+			default:
+				runtime.GC()
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}()
+	defer close(collect)
+	permit, err := waitOnAFreshGovernor(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	permit.Close()
+}
+
+// waitOnAFreshGovernor makes a governor that only Acquire refers to.
+func waitOnAFreshGovernor(prefix string) (*llmgov.RedisPermit, error) {
+	gov, err := llmgov.NewRedisGovernorFromTOML(redisConfig(prefix, fiveASecond))
+	if err != nil {
+		return nil, err
+	}
+	route, err := gov.Route(redisScope)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return gov.Acquire(ctx, llmgov.RedisRequest{Route: route})
 }
