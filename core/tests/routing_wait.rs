@@ -152,3 +152,40 @@ fn a_waiters_own_reservation_does_not_cross_a_threshold_for_it() {
     let tenant = gov.scope_snapshot(gov.scope_id("tenants/acme").unwrap()).unwrap();
     assert_eq!(tenant.limit(Dimension::Cost).unwrap().in_use, 500_000);
 }
+
+/// Past `degrade_at` a request goes to the cheaper profile: one that
+/// crossed it while waiting too, as it would had it just arrived, rather
+/// than being refused until the spend leaves the budget's window.
+#[test]
+fn a_degrade_threshold_crossed_while_waiting_degrades() {
+    let (gov, clock) = governor(json!({
+        "pricing": {"gpt-4o": {"input": 2.5, "output": 10.0}, "mini": {"input": 0.15, "output": 0.6}},
+        "scopes": {
+            "openai/gpt-4o": {"provider": true, "pricing": "gpt-4o", "limits": [{"dimension": "tokens", "amount": 150_000, "window": "1m"}]},
+            "openai/mini": {"provider": true, "pricing": "mini", "limits": [{"dimension": "tokens", "amount": 1_000_000, "window": "1m"}]},
+            "tenants/*": {"limits": [{"dimension": "cost", "budget": 1.0, "window": "1d"}]},
+        },
+        "profiles": {
+            "gpt-4o": {"deployments": ["openai/gpt-4o"], "budget": {"degrade_at": 0.3, "degrade_to": "mini"}},
+            "mini": {"deployments": ["openai/mini"]},
+        },
+    }));
+    let profile = gov.profile("gpt-4o", &["tenants/acme"]).unwrap();
+    let request = Request::new(profile.primary()).input_tokens(100_000);
+    gov.try_acquire_profile(&profile, &request).unwrap();
+    let mut waiting = Box::pin(gov.acquire_profile(&profile, &request));
+    assert!(poll(&mut waiting).is_pending(), "50k tokens left of 150k a minute");
+    let route = gov.route(&["tenants/acme", "openai/gpt-4o"]).unwrap();
+    let _direct = gov.try_acquire(&Request::new(route).input_tokens(40_000)).unwrap();
+    clock.advance(Duration::from_secs(36));
+    gov.wake_waiters();
+    match poll(&mut waiting) {
+        Poll::Ready(Ok(routed)) => {
+            assert!(routed.degraded, "{routed:?}");
+            assert_eq!((&*routed.profile, &*routed.deployment), ("mini", "openai/mini"));
+        }
+        other => panic!("the spend is past degrade_at: the cheaper profile serves it, got {other:?}"),
+    }
+    let tenant = gov.scope_snapshot(gov.scope_id("tenants/acme").unwrap()).unwrap();
+    assert_eq!(tenant.limit(Dimension::Cost).unwrap().in_use, 365_000, "0.25 + 0.1 on gpt-4o, 0.015 on mini");
+}

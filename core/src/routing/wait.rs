@@ -4,7 +4,8 @@
 //! [`Governor::acquire`] waits on a route. Deployments refused by the
 //! profile's budget thresholds are not waited for: a threshold falls with
 //! the spend, not with a queue. Once admitted, the thresholds are checked
-//! again, since the spend may have crossed one while the request waited.
+//! again, since the spend may have crossed one while the request waited:
+//! past `degrade_at` it goes to the cheaper profile if that admits it now.
 
 use super::{Routed, Verdict, WaitTarget};
 use crate::{Governor, Permit, ProfileRoute, Request, Result};
@@ -57,15 +58,21 @@ impl Governor {
 
     /// The routed request once `wait`'s deployment admitted `permit`. If a
     /// budget threshold of its profile was crossed meanwhile, the permit is
-    /// cancelled and the threshold's refusal returned.
+    /// cancelled: past `degrade_at` the cheaper profile is tried at once (as
+    /// for a request arriving now); otherwise, or if it refuses too, the
+    /// threshold's refusal is returned.
     pub fn admit_waited(&self, wait: ProfileWait, mut permit: Permit) -> Result<Routed> {
         let target = *wait.target;
         let now = self.clock().now();
         // Judged as the spend stood before this request, as an admission
         // without waiting judges it: its own reservation crosses nothing.
         let verdict = self.budget_verdict(&target.link, target.route, target.may_leave, Some(&permit), now);
+        let degrade = matches!(verdict, Ok(Verdict::Degrade(_)));
         if let Ok(Verdict::Degrade(error) | Verdict::Refuse(error)) | Err(error) = verdict {
             self.cancel(&mut permit)?;
+            if let Some(routed) = degrade.then(|| self.degrade_now(&target, &wait.request)).flatten() {
+                return Ok(routed);
+            }
             // When to come back, now that its reservation is gone.
             let error = match self.budget_verdict(&target.link, target.route, target.may_leave, None, now) {
                 Ok(Verdict::Degrade(later) | Verdict::Refuse(later)) => later,
@@ -81,6 +88,15 @@ impl Governor {
             fell_back: target.fell_back,
             degraded: target.degraded,
         })
+    }
+
+    /// The cheaper profile's admission, at once, of a waiter whose profile
+    /// passed `degrade_at` while it waited: as it would have gone had it
+    /// arrived then. `None` if that profile refuses it now too.
+    fn degrade_now(&self, target: &WaitTarget, request: &Request) -> Option<Routed> {
+        let (_, cheaper) = target.link.budget.as_ref()?.degrade.as_ref()?;
+        let routed = self.route_request(cheaper, request).ok()?;
+        Some(Routed { degraded: true, fell_back: routed.fell_back || target.fell_back, ..routed })
     }
 
     /// Waits for `request` to be admitted through `profile`: at once on the
