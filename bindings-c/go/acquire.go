@@ -8,6 +8,7 @@ import "C"
 import (
 	"context"
 	"encoding/json"
+	"runtime"
 	"time"
 )
 
@@ -35,6 +36,7 @@ func (g *Governor) Acquire(ctx context.Context, r Request) (*Permit, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer runtime.KeepAlive(g)
 	timeout := timeoutOf(ctx)
 	req, err := r.c()
 	if err != nil {
@@ -76,6 +78,7 @@ func (g *Governor) WakeWaiters() (time.Duration, bool, error) {
 	if err != nil {
 		return 0, false, err
 	}
+	defer runtime.KeepAlive(g)
 	var next C.uint64_t
 	err = call(func() C.llmgov_result { return C.llmgov_governor_wake_waiters(h, &next) })
 	if err != nil || next == C.UINT64_MAX {
@@ -131,6 +134,7 @@ func (g *Governor) QueueMetrics() (*QueueMetrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer runtime.KeepAlive(g)
 	var out *C.char
 	err = call(func() C.llmgov_result { return C.llmgov_governor_queue_metrics_json(h, &out) })
 	text, err := takeString(out, err)

@@ -10,6 +10,7 @@ import "C"
 import (
 	"bytes"
 	"encoding/json"
+	"runtime"
 	"runtime/cgo"
 	"sync"
 	"sync/atomic"
@@ -122,6 +123,7 @@ func (g *Governor) OnEvent(fn func(Event)) error {
 	if err != nil {
 		return err
 	}
+	defer runtime.KeepAlive(g)
 	b := g.events
 	if fn == nil {
 		b.fn.Store(nil)

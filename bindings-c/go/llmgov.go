@@ -135,7 +135,9 @@ func (g *Governor) Close() {
 }
 
 // ptr is the C governor, or why g cannot be used: nil (or a zero
-// Governor), or closed.
+// Governor), or closed. Callers keep g alive (runtime.KeepAlive, or a use
+// of g after the call) until C is done with the handle: were g unreachable
+// during the call, its cleanup could free the handle under it.
 func (g *Governor) ptr() (*C.llmgov_governor, error) {
 	if g == nil || g.handle == nil {
 		return nil, errNil("governor", governorMakers)
@@ -171,6 +173,7 @@ func (g *Governor) Route(paths ...string) (Route, error) {
 	if err != nil {
 		return 0, err
 	}
+	defer runtime.KeepAlive(g)
 	cpaths, free, err := cStrings("paths", paths)
 	if err != nil {
 		return 0, err
@@ -190,6 +193,7 @@ func (g *Governor) Class(name string) (Class, error) {
 	if err != nil {
 		return 0, err
 	}
+	defer runtime.KeepAlive(g)
 	cname, err := cString("name", name)
 	if err != nil {
 		return 0, err
@@ -207,6 +211,7 @@ func (g *Governor) Scope(path string) (Scope, error) {
 	if err != nil {
 		return 0, err
 	}
+	defer runtime.KeepAlive(g)
 	cpath, err := cString("path", path)
 	if err != nil {
 		return 0, err
@@ -224,6 +229,7 @@ func (g *Governor) Now() (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	defer runtime.KeepAlive(g)
 	var ns C.uint64_t
 	err = call(func() C.llmgov_result { return C.llmgov_governor_now(h, &ns) })
 	return time.Duration(ns), err

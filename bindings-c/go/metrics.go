@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"encoding/json"
+	"runtime"
 	"time"
 )
 
@@ -119,6 +120,7 @@ func (g *Governor) MetricsJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer runtime.KeepAlive(g)
 	var out *C.char
 	err = call(func() C.llmgov_result { return C.llmgov_governor_metrics_json(h, &out) })
 	return takeString(out, err)

@@ -54,6 +54,7 @@ func (g *Governor) Profile(name string, consumerPaths ...string) (*Profile, erro
 	if err != nil {
 		return nil, err
 	}
+	defer runtime.KeepAlive(g)
 	cname, err := cString("name", name)
 	if err != nil {
 		return nil, err
@@ -113,6 +114,7 @@ func (g *Governor) TryAcquireProfile(p *Profile, r Request) (*Routed, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer runtime.KeepAlive(g)
 	req, err := r.c()
 	if err != nil {
 		return nil, err

@@ -42,6 +42,7 @@ func (g *Governor) AcquireProfile(ctx context.Context, p *Profile, r Request) (*
 	if err != nil {
 		return nil, err
 	}
+	defer runtime.KeepAlive(g)
 	timeout := timeoutOf(ctx)
 	req, err := r.c()
 	if err != nil {

@@ -5,7 +5,10 @@ package llmgov
 */
 import "C"
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"runtime"
+)
 
 // Snapshot is every scope and counter at one moment.
 type Snapshot struct {
@@ -64,6 +67,7 @@ func (g *Governor) SnapshotJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer runtime.KeepAlive(g)
 	var out *C.char
 	err = call(func() C.llmgov_result { return C.llmgov_governor_snapshot_json(h, &out) })
 	return takeString(out, err)
@@ -88,6 +92,7 @@ func (g *Governor) ScopeSnapshot(scope Scope) (*ScopeSnapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer runtime.KeepAlive(g)
 	var out *C.char
 	err = call(func() C.llmgov_result { return C.llmgov_governor_scope_snapshot_json(h, C.uint64_t(scope), &out) })
 	text, err := takeString(out, err)
@@ -109,6 +114,7 @@ func (g *Governor) Prometheus() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	defer runtime.KeepAlive(g)
 	var out *C.char
 	err = call(func() C.llmgov_result { return C.llmgov_governor_prometheus(h, &out) })
 	text, err := takeString(out, err)
