@@ -329,3 +329,56 @@ func (p *RedisPermit) Close() {
 		p.handle, p.closed = nil, true
 	}
 }
+
+// SnapshotJSON is the local scopes (those not shared) and their counters
+// now, as the core's JSON. Shared scopes live in Redis and are not in it.
+func (g *RedisGovernor) SnapshotJSON() ([]byte, error) {
+	h, err := g.ptr()
+	if err != nil {
+		return nil, err
+	}
+	defer runtime.KeepAlive(g)
+	var out *C.char
+	err = call(func() C.llmgov_result { return C.llmgov_redis_governor_snapshot_json(h, &out) })
+	return takeString(out, err)
+}
+
+// Snapshot is SnapshotJSON decoded.
+func (g *RedisGovernor) Snapshot() (*Snapshot, error) {
+	text, err := g.SnapshotJSON()
+	if err != nil {
+		return nil, err
+	}
+	var s Snapshot
+	if err := json.Unmarshal(text, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// MetricsJSON is the local engine's metrics as the core's JSON (what
+// `llmgov top` draws): the scopes not shared, their refusals and estimate
+// errors. Refusals by shared scopes are Redis's and are not counted here.
+func (g *RedisGovernor) MetricsJSON() ([]byte, error) {
+	h, err := g.ptr()
+	if err != nil {
+		return nil, err
+	}
+	defer runtime.KeepAlive(g)
+	var out *C.char
+	err = call(func() C.llmgov_result { return C.llmgov_redis_governor_metrics_json(h, &out) })
+	return takeString(out, err)
+}
+
+// Metrics is MetricsJSON decoded.
+func (g *RedisGovernor) Metrics() (*Metrics, error) {
+	text, err := g.MetricsJSON()
+	if err != nil {
+		return nil, err
+	}
+	var m Metrics
+	if err := json.Unmarshal(text, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}

@@ -357,3 +357,43 @@ func waitOnAFreshGovernor(prefix string) (*llmgov.RedisPermit, error) {
 	defer cancel()
 	return gov.Acquire(ctx, llmgov.RedisRequest{Route: route})
 }
+
+func TestRedisSnapshotAndMetricsAreTheLocalScopes(t *testing.T) {
+	redisURL(t)
+	config := redisConfig(freshPrefix(t), tenAMinute) + `
+[scopes."tenants/*"]
+limits = [{ dimension = "requests", amount = 1, window = "1m" }]
+`
+	gov, err := llmgov.NewRedisGovernorFromTOML(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gov.Close()
+	route, err := gov.Route("tenants/acme", redisScope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := gov.TryAcquire(llmgov.RedisRequest{Route: route})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	_, err = gov.TryAcquire(llmgov.RedisRequest{Route: route})
+	if e := mustCode(t, err, llmgov.ErrRateLimited); e.Scope != "tenants/acme" {
+		t.Fatalf("refused by %q", e.Scope)
+	}
+	snapshot, err := gov.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snapshot.Scopes) != 1 || snapshot.Scopes[0].Path != "tenants/acme" || snapshot.RateLimited != 1 {
+		t.Fatalf("snapshot %+v", snapshot)
+	}
+	metrics, err := gov.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refused, ok := metrics.Refused("requests", llmgov.RejectedLocally); !ok || refused != 1 {
+		t.Fatalf("refusals %+v", metrics.Refusals)
+	}
+}

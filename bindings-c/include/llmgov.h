@@ -1640,6 +1640,35 @@ llmgov_result llmgov_redis_governor_return_leases(const struct llmgov_redis_gove
 llmgov_result llmgov_redis_governor_heartbeat(const struct llmgov_redis_governor *governor);
 
 /**
+ * The local scopes (those not shared) and their counters now, as JSON, in
+ * the form of `llmgov_governor_snapshot_json`. Shared scopes live in Redis
+ * and are not in it.
+ *
+ * # Ownership
+ * On success `*out_json` is the caller's: free it with `llmgov_string_free`.
+ *
+ * # Safety
+ * `governor` NULL or live; `out_json` NULL or writable.
+ */
+llmgov_result llmgov_redis_governor_snapshot_json(const struct llmgov_redis_governor *governor,
+                                                  char **out_json);
+
+/**
+ * The local engine's metrics as JSON, in the form of
+ * `llmgov_governor_metrics_json` (what `llmgov top` draws): the scopes not
+ * shared, their refusals and estimate errors. Refusals by shared scopes
+ * are Redis's and are not counted here.
+ *
+ * # Ownership
+ * As `llmgov_redis_governor_snapshot_json`.
+ *
+ * # Safety
+ * As `llmgov_redis_governor_snapshot_json`.
+ */
+llmgov_result llmgov_redis_governor_metrics_json(const struct llmgov_redis_governor *governor,
+                                                 char **out_json);
+
+/**
  * Reserves `input_tokens` (of which `cached_input_tokens` from the prompt
  * cache) and `max_output_tokens` on every scope of the route now, shared
  * and local, or nothing. A refusal is `LLMGOV_RESULT_RATE_LIMITED`

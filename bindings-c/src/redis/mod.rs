@@ -283,3 +283,46 @@ pub unsafe extern "C" fn llmgov_redis_governor_heartbeat(governor: *const llmgov
         Ok(())
     })
 }
+
+/// The local scopes (those not shared) and their counters now, as JSON, in
+/// the form of `llmgov_governor_snapshot_json`. Shared scopes live in Redis
+/// and are not in it.
+///
+/// # Ownership
+/// On success `*out_json` is the caller's: free it with `llmgov_string_free`.
+///
+/// # Safety
+/// `governor` NULL or live; `out_json` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_redis_governor_snapshot_json(
+    governor: *const llmgov_redis_governor,
+    out_json: *mut *mut c_char,
+) -> llmgov_result {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (gov, out) = unsafe { (args::reference(governor, "governor")?, Out::new(out_json, "out_json")?) };
+        write_json(out, &gov.governor.local().snapshot())
+    })
+}
+
+/// The local engine's metrics as JSON, in the form of
+/// `llmgov_governor_metrics_json` (what `llmgov top` draws): the scopes not
+/// shared, their refusals and estimate errors. Refusals by shared scopes
+/// are Redis's and are not counted here.
+///
+/// # Ownership
+/// As `llmgov_redis_governor_snapshot_json`.
+///
+/// # Safety
+/// As `llmgov_redis_governor_snapshot_json`.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_redis_governor_metrics_json(
+    governor: *const llmgov_redis_governor,
+    out_json: *mut *mut c_char,
+) -> llmgov_result {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (gov, out) = unsafe { (args::reference(governor, "governor")?, Out::new(out_json, "out_json")?) };
+        write_json(out, &gov.governor.local().metrics())
+    })
+}

@@ -311,6 +311,20 @@ static void local_scopes_follow_a_manual_clock(void) {
     CHECK_RESULT(llmgov_redis_governor_acquire(gov, route, 10, 0, 10, 1000 * MS, NULL, &permit),
                  LLMGOV_RESULT_DEADLINE_EXCEEDED);
     CHECK(last_error().waited_ns == 0);
+    /* The snapshot and metrics are the local engine's: the tenant's scope,
+     * not the shared one. */
+    char *json = NULL;
+    CHECK_OK(llmgov_redis_governor_snapshot_json(gov, &json));
+    CHECK_CONTAINS(json, "\"path\":\"tenants/acme\"");
+    CHECK(json != NULL && strstr(json, "gpt-4o") == NULL);
+    llmgov_string_free(json);
+    CHECK_OK(llmgov_redis_governor_metrics_json(gov, &json));
+    CHECK_CONTAINS(json, "\"rate_limited\":2");
+    CHECK_CONTAINS(json, "\"refusals\":[");
+    llmgov_string_free(json);
+    CHECK_RESULT(llmgov_redis_governor_metrics_json(NULL, &json), LLMGOV_RESULT_NULL_ARGUMENT);
+    CHECK_RESULT(llmgov_redis_governor_snapshot_json(gov, NULL), LLMGOV_RESULT_NULL_ARGUMENT);
+    CHECK_STR(last_error().field, "out_json");
     CHECK_OK(llmgov_manual_clock_advance(clock, 60000 * MS));
     CHECK_OK(llmgov_redis_governor_try_acquire(gov, route, 10, 0, 10, &permit));
     CHECK_OK(llmgov_redis_permit_cancel(permit));
