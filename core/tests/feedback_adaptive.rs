@@ -373,3 +373,37 @@ fn a_429_naming_no_limit_does_not_drain_a_daily_quota() {
     let admitted = (0..100).filter(|_| gov.try_acquire(&Request::new(route)).is_ok()).count();
     assert_eq!(admitted, 100, "a minute on, the per-minute bucket has refilled and the day's quota is untouched");
 }
+
+/// The transports report a refusal, then cancel its permit. The cancel's
+/// refund must not reopen a bucket the 429 holds empty until its
+/// retry-after: the provider said when to come back.
+#[test]
+fn a_cancel_after_a_429_keeps_the_bucket_empty_until_the_retry_after() {
+    let (gov, clock, route) = tokens_600(json!({}));
+    let mut refused = take(&gov, route, 300);
+    answer(&gov, &refused, 429, &[("retry-after", "20")], RATE_LIMITED_TOKENS);
+    gov.cancel(&mut refused).unwrap();
+    clock.advance(Duration::from_secs(5));
+    let early = gov.try_acquire(&Request::new(route).input_tokens(10));
+    assert!(matches!(early, Err(Error::RateLimited { .. })), "5 s into a 20 s retry-after: {early:?}");
+}
+
+/// A deployment made from a template long after the governor started
+/// ramps a step a minute from when it was made, not from the clock's zero.
+#[test]
+fn a_template_deployment_made_late_ramps_from_when_it_was_made() {
+    let (gov, clock) = gov_with(json!({
+        "adaptive": {"ramp": {"start": 0.25, "step": 0.25}, "increase": 0.5},
+        "scopes": {"openai/keys/*": {"provider": true, "limits": [{"dimension": "tokens", "amount": 600, "window": "1m"}]}},
+    }));
+    clock.advance(Duration::from_secs(3600));
+    let route = gov.route(&["openai/keys/new"]).unwrap();
+    let key = |gov: &Governor| limit(gov, "openai/keys/new", Dimension::Tokens).effective_amount.unwrap();
+    assert_eq!(key(&gov), 150);
+    let ok = take(&gov, route, 0);
+    answer(&gov, &ok, 200, &[], b"{}");
+    assert_eq!(key(&gov), 150, "made a moment ago: no step yet");
+    clock.advance(Duration::from_secs(60));
+    answer(&gov, &ok, 200, &[], b"{}");
+    assert_eq!(key(&gov), 300);
+}

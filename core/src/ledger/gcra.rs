@@ -163,6 +163,18 @@ impl GcraParams {
         });
     }
 
+    /// Gives back `ns` of refill time at `now`, as [`Self::adjust_ns`]
+    /// does, but never takes the TAT below `floor` (a refund never raises it).
+    pub fn refund_ns_above<A: AtomicWord>(&self, tat: &A, ns: u64, now: u64, floor: u64) {
+        let _ = update::<A, ()>(tat, |current| {
+            if current.saturating_sub(now) > MAX_DEBT_NS {
+                Err(())
+            } else {
+                Ok(current.saturating_sub(ns).max(now).max(floor.min(current)))
+            }
+        });
+    }
+
     /// Takes the bucket down to at most `remaining` units at `now`: the
     /// provider reports less capacity than the bucket believes it has.
     pub fn lower_to<A: AtomicWord>(&self, tat: &A, remaining: u64, now: u64) {

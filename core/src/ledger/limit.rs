@@ -276,7 +276,8 @@ impl Limit {
                 p.adjust_ns(tat, 0, pace.overage_ns(self.shape(p), actual - charged), now)
             }
             (Rule::TokenBucket(p), Bucket::Tat(tat)) => {
-                p.adjust_ns(tat, pace.refund_ns(self.shape(p), charged - actual), 0, now)
+                let floor = pace.refund_floor(now, p.tau_ns());
+                p.refund_ns_above(tat, pace.refund_ns(self.shape(p), charged - actual), now, floor)
             }
             _ => self.adjust(bucket, charged, actual, acquired_at, now),
         }
@@ -317,7 +318,9 @@ impl Limit {
             // it: a longer retry-after is another limit's wait (or absurd:
             // `retry-after: 99999999999`) and must not freeze this one.
             let window_later = now.saturating_add(self.window_ns.unwrap_or(u64::MAX));
-            p.cool_down(tat, until.min(window_later));
+            let until = until.min(window_later);
+            p.cool_down(tat, until);
+            pace.hold_empty_until(until);
         }
         discovered || word.remaining.is_some() || word.cool_until.is_some()
     }

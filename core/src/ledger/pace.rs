@@ -16,6 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::gcra::GcraParams;
 use crate::config::adaptive::Adaptive;
 
+/// A pace's `changed_at` before anything dated it: its ramp starts with the
+/// first answer (a scope made from a template, at a time unknown here).
+pub(crate) const UNSTARTED: u64 = u64::MAX;
+
 /// The rate factor 1, in the word's fixed point.
 pub(crate) const FULL_RATE: u64 = 1 << 16;
 /// The word: `rate << RATE_SHIFT | base amount`, the amount 0 meaning "as configured".
@@ -37,6 +41,8 @@ pub(crate) struct Pace {
     decreased_at: AtomicU64,
     /// When the rate last changed: it grows at most one step per window.
     changed_at: AtomicU64,
+    /// Until when a provider's 429 holds the bucket empty (0: never held).
+    held_until: AtomicU64,
 }
 
 /// A limit's shape, as the pace needs it.
@@ -67,6 +73,7 @@ impl Pace {
             word: AtomicU64::new(pack(rate.clamp(1, FULL_RATE), 0)),
             decreased_at: AtomicU64::new(0),
             changed_at: AtomicU64::new(now),
+            held_until: AtomicU64::new(0),
         }
     }
 
@@ -119,6 +126,23 @@ impl Pace {
             (true, amount) => {
                 ((units as f64 * shape.window_ns as f64 / amount as f64) as u64).min(shape.params.tau_ns())
             }
+        }
+    }
+
+    /// Notes that a 429 holds the bucket empty until `until`, so that
+    /// refunds made meanwhile cannot reopen it (see [`Self::refund_floor`]).
+    pub fn hold_empty_until(&self, until: u64) {
+        self.held_until.fetch_max(until, Ordering::Relaxed);
+    }
+
+    /// The earliest theoretical arrival time a refund at `now` may leave on
+    /// a bucket of burst `tau_ns`: empty until the 429's hold ends. The
+    /// transports report a refusal and then cancel its permit; that refund
+    /// (or an in-flight request's) must not undo the provider's retry-after.
+    pub fn refund_floor(&self, now: u64, tau_ns: u64) -> u64 {
+        match self.held_until.load(Ordering::Relaxed) {
+            until if now < until => until.saturating_add(tau_ns),
+            _ => 0,
         }
     }
 
@@ -182,6 +206,11 @@ impl Pace {
     /// by the ramp's step per minute), up to the full rate.
     pub fn increase(&self, adaptive: &Adaptive, window_ns: u64, now: u64) -> bool {
         let last = self.changed_at.load(Ordering::Relaxed);
+        if last == UNSTARTED {
+            // The first answer starts the clock: no step a moment after creation.
+            let _ = self.changed_at.compare_exchange(UNSTARTED, now, Ordering::AcqRel, Ordering::Relaxed);
+            return false;
+        }
         if now < last.saturating_add(window_ns) {
             return false;
         }

@@ -7,7 +7,7 @@ use smallvec::SmallVec;
 
 use super::breaker::Breaker;
 use super::limit::{Bucket, Limit};
-use super::pace::{start_rate, Pace, FULL_RATE};
+use super::pace::{start_rate, Pace, FULL_RATE, UNSTARTED};
 use crate::config::adaptive::Adaptive;
 use crate::pricing::Price;
 use crate::{Dimension, Error, Result};
@@ -137,7 +137,7 @@ impl Registry {
             adaptive,
         };
         for (path, spec) in configured {
-            registry.instantiate(&path, &spec);
+            registry.instantiate(&path, &spec, 0);
         }
         registry
     }
@@ -241,7 +241,8 @@ impl Registry {
         self.by_path.pin().get(path).copied()
     }
 
-    fn instantiate(&self, path: &str, spec: &ScopeSpec) -> ScopeIndex {
+    /// Makes the scope at `path`, its paces' ramps counted from `started`.
+    fn instantiate(&self, path: &str, spec: &ScopeSpec, started: u64) -> ScopeIndex {
         let by_path = self.by_path.pin();
         if let Some(id) = by_path.get(path) {
             return *id;
@@ -253,7 +254,7 @@ impl Registry {
             let rate = start_rate(&self.adaptive);
             // A budget is the user's: it never ramps up.
             let rate_of = |l: &Limit| if l.dimension == Dimension::Cost { FULL_RATE } else { rate };
-            let paces = limits.iter().map(|l| Pace::new(rate_of(l), 0)).collect();
+            let paces = limits.iter().map(|l| Pace::new(rate_of(l), started)).collect();
             Box::new(Adaptation { breaker: Breaker::default(), paces })
         });
         let scope_index = |index| ScopeIndex(u32::try_from(index).expect("more than 4 billion scopes"));
@@ -301,7 +302,9 @@ impl Registry {
             if let Some(id) = self.lookup(prefix) {
                 found.push(id);
             } else if let Some(template) = self.templates.iter().find(|t| t.matches(&segments[..=depth])) {
-                found.push(self.instantiate(prefix, &template.spec));
+                // Made at a time the registry does not know: its ramp
+                // starts with its first answer (see `Pace::UNSTARTED`).
+                found.push(self.instantiate(prefix, &template.spec, UNSTARTED));
             }
         }
         if found.is_empty() {
