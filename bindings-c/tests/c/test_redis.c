@@ -195,8 +195,7 @@ static void a_blocking_acquire_waits_for_a_drained_bucket(void) {
     /* One request refills every 200 ms: admitted once the refusal's
      * retry_after has passed, not before. */
     CHECK_OK(llmgov_redis_governor_acquire(gov, route, 10, 0, 10, 5000 * MS, NULL, &permit));
-    uint64_t waited = now_ns() - started;
-    CHECK(waited >= e.retry_after_ns && waited < 3000 * MS);
+    CHECK(now_ns() - started >= e.retry_after_ns);
     CHECK(permit != NULL);
     CHECK_OK(llmgov_redis_permit_settle(permit, (llmgov_usage){10, 0, 10}));
     llmgov_redis_permit_free(permit);
@@ -210,15 +209,14 @@ static void a_predicted_wait_past_the_timeout_is_refused_at_once(void) {
     llmgov_redis_permit *first = NULL;
     CHECK_OK(llmgov_redis_governor_try_acquire(gov, route, 10, 0, 10, &first));
     llmgov_redis_permit *permit = (llmgov_redis_permit *)0x1;
-    uint64_t started = now_ns();
+    long calls = redis_calls(gov);
     CHECK_RESULT(llmgov_redis_governor_acquire(gov, route, 10, 0, 10, 2000 * MS, NULL, &permit),
                  LLMGOV_RESULT_DEADLINE_EXCEEDED);
-    /* Refused after one try, not at the timeout (slack for valgrind). */
-    CHECK(now_ns() - started < 1500 * MS);
+    /* Refused after one try, not at the timeout. */
+    CHECK(redis_calls(gov) - calls == 1);
     llmgov_error e = last_error();
     CHECK_STR(e.code, "deadline_exceeded");
     CHECK(e.has_retry_after && e.retry_after_ms > 50000 && e.retry_after_ms <= 60000);
-    CHECK(e.waited_ns < 1500 * MS);
     CHECK(permit == (llmgov_redis_permit *)0x1);
     llmgov_redis_permit_free(first);
     llmgov_redis_governor_free(gov);
