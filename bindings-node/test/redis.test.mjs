@@ -143,26 +143,27 @@ test('a permit reconciles once: a second settle or cancel is AlreadyReconciledEr
 test('acquire waits for a drained bucket to refill, and is admitted', { skip: NO_SERVER }, async () => {
   const [a, b] = pair('refill', [FIVE_A_SECOND]);
   await drain(a);
-  const started = performance.now();
+  await assert.rejects(take(b), RateLimitedError);
+  const calls = b.health().redisCalls;
   const permit = await b.acquire({ paths: PATHS, inputTokens: 10, maxOutputTokens: 10, deadlineMs: 5_000 });
-  const waited = performance.now() - started;
   assert.equal(permit.state, 'pending');
-  // One request comes back every 200 ms; the GCRA says when, so it is not early.
-  assert.ok(waited >= 100 && waited < 2_000, `waited ${waited} ms`);
+  // One request comes back every 200 ms and the GCRA says when: it slept
+  // that long rather than asking again and again.
+  const tries = b.health().redisCalls - calls;
+  assert.ok(tries <= 3, `${tries} Redis calls for one wait`);
   await permit.settle();
 });
 
 test('a predicted wait past deadlineMs rejects at once with DeadlineExceededError', { skip: NO_SERVER }, async () => {
   const gov = one('deadline', [ONE_A_MINUTE]);
   await (await take(gov)).settle();
-  const started = performance.now();
+  const calls = gov.health().redisCalls;
   const refused = await gov
     .acquire({ paths: PATHS, inputTokens: 10, deadlineMs: 500 })
     .then(() => assert.fail('admitted'), (e) => e);
-  assert.ok(performance.now() - started < 400, 'at once, not at the deadline');
+  assert.equal(gov.health().redisCalls - calls, 1, 'at once, after one try, not at the deadline');
   assert.ok(refused instanceof DeadlineExceededError, String(refused));
   assert.equal(refused.code, 'deadline_exceeded');
-  assert.ok(refused.waitedMs <= 50, `waitedMs ${refused.waitedMs}: refused at the first try`);
   assert.ok(refused.retryAfterMs > 50_000, `retryAfterMs ${refused.retryAfterMs}`);
 });
 
