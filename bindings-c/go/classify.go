@@ -161,7 +161,7 @@ func ClassifyResponse(status int, header http.Header, body []byte, provider Prov
 
 // ClassifyResponseJSON is ClassifyResponse as the core's JSON:
 // {"limited", "kind", "dimension", "retry_after_ms", "remaining", "limit",
-// "reset_ms", "retryable", "provider"}.
+// "reset_ms", "retryable", "provider", "status"}.
 func ClassifyResponseJSON(status int, header http.Header, body []byte, provider Provider, now time.Time) ([]byte, error) {
 	if err := checkStatus(status); err != nil {
 		return nil, err

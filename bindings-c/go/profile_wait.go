@@ -18,9 +18,10 @@ import (
 // among those r's class may use: a class whose fallback_allowed is false
 // waits on its own profile's deployments, never on a fallback's.
 // Deployments refused by p's cost budget thresholds are not waited on;
-// once admitted, the thresholds are checked again, and one crossed during
-// the wait refuses the request (ErrRateLimited on the "cost" dimension)
-// and gives its permit back.
+// once admitted, the thresholds are checked again: past degrade_at the
+// cheaper profile is tried at once, as for a request arriving then; past
+// refuse_at the request is refused (ErrRateLimited on the "cost"
+// dimension) and gives its permit back.
 //
 // The wait is bounded as Acquire's: by r.Deadline, its class's maximum
 // wait and ctx's deadline (ErrDeadlineExceeded, at once when the predicted

@@ -974,7 +974,7 @@ llmgov_result llmgov_response_classify(uint16_t status,
 /**
  * As `llmgov_response_classify`, written as JSON: `{"limited", "kind",
  * "dimension", "retry_after_ms", "remaining": {"tokens": 0, …}, "limit",
- * "reset_ms", "retryable", "provider"}` with names as text (`"rate_limited"`,
+ * "reset_ms", "retryable", "provider", "status"}` with names as text (`"rate_limited"`,
  * `"openai"`).
  *
  * # Ownership
@@ -1856,7 +1856,8 @@ llmgov_result llmgov_governor_try_acquire_profile(const struct llmgov_governor *
  * `fallback_allowed` is false waits on its own profile's deployments,
  * never on a fallback's. Deployments refused by the profile's cost budget
  * thresholds are not waited on; once admitted, the thresholds are checked
- * again, and one crossed during the wait refuses the request
+ * again: past `degrade_at` the cheaper profile is tried at once, as for a
+ * request arriving then; past `refuse_at` the request is refused
  * (`LLMGOV_RESULT_RATE_LIMITED` on `LLMGOV_DIMENSION_COST`), giving its
  * permit back.
  *

@@ -304,7 +304,7 @@ pub unsafe extern "C" fn llmgov_response_classify(
 
 /// As `llmgov_response_classify`, written as JSON: `{"limited", "kind",
 /// "dimension", "retry_after_ms", "remaining": {"tokens": 0, …}, "limit",
-/// "reset_ms", "retryable", "provider"}` with names as text (`"rate_limited"`,
+/// "reset_ms", "retryable", "provider", "status"}` with names as text (`"rate_limited"`,
 /// `"openai"`).
 ///
 /// # Ownership

@@ -200,7 +200,8 @@ pub unsafe extern "C" fn llmgov_governor_try_acquire_profile(
 /// `fallback_allowed` is false waits on its own profile's deployments,
 /// never on a fallback's. Deployments refused by the profile's cost budget
 /// thresholds are not waited on; once admitted, the thresholds are checked
-/// again, and one crossed during the wait refuses the request
+/// again: past `degrade_at` the cheaper profile is tried at once, as for a
+/// request arriving then; past `refuse_at` the request is refused
 /// (`LLMGOV_RESULT_RATE_LIMITED` on `LLMGOV_DIMENSION_COST`), giving its
 /// permit back.
 ///

@@ -215,8 +215,9 @@ export class Governor {
    * deployment that should pass first among those its class may use (the
    * fallback chain only where `fallback_allowed`). Deployments past a cost
    * budget's threshold are not waited for, and the thresholds are checked
-   * again once admitted: one crossed meanwhile rejects with its
-   * {@link RateLimitedError} (on `cost`) and holds nothing. Rejects as
+   * again once admitted: past `degrade_at` it is degraded to the cheaper
+   * profile, as a request arriving then would be; past `refuse_at` it
+   * rejects with its {@link RateLimitedError} (on `cost`) and holds nothing. Rejects as
    * {@link acquire} does otherwise: {@link NeverFitsError} at once,
    * {@link DeadlineExceededError}, {@link QueueFullError}, or the signal's
    * reason when it is aborted (the request then leaves the queue).

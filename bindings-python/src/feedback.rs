@@ -96,7 +96,7 @@ fn classified(
 
 /// What a provider's answer says about its limits, as a dict: `limited`,
 /// `kind`, `dimension`, `retry_after_ms`, `remaining`, `limit`, `reset_ms`,
-/// `retryable`, `provider`.
+/// `retryable`, `provider`, `status` (the HTTP status it was read as).
 #[pyfunction]
 #[pyo3(signature = (status, headers = None, body = None, provider = None),
     text_signature = "(status, headers=None, body=None, provider='auto')")]
