@@ -93,30 +93,42 @@ type constructor func(*C.char, *C.llmgov_manual_clock, **C.llmgov_governor) C.ll
 
 // build makes a governor from text, the argument C names field.
 func build(field, text string, opts []Option, make constructor) (*Governor, error) {
+	handle, o, err := construct(field, text, opts, make)
+	if err != nil {
+		return nil, err
+	}
+	g := &Governor{handle: handle, clock: o.clock, events: &eventBridge{}}
+	g.cleanup = runtime.AddCleanup(g, resources.free, resources{handle, g.events})
+	return g, nil
+}
+
+// construct calls a C constructor of handle H (a pointer: cgo's handle
+// types are incomplete) on text (the argument C names field) and the
+// options' clock; it gives back the handle and the options, whose clock the
+// governor must keep alive.
+func construct[H any](field, text string, opts []Option, make func(*C.char, *C.llmgov_manual_clock, *H) C.llmgov_result) (H, options, error) {
+	var handle H
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
 	ctext, err := cString(field, text)
 	if err != nil {
-		return nil, err
+		return handle, o, err
 	}
 	defer C.free(unsafe.Pointer(ctext))
 	var clock *C.llmgov_manual_clock
 	if o.clock != nil {
 		if clock, err = o.clock.ptr(); err != nil {
-			return nil, err
+			return handle, o, err
 		}
 	}
-	var handle *C.llmgov_governor
 	if err := call(func() C.llmgov_result { return make(ctext, clock, &handle) }); err != nil {
-		return nil, err
+		return handle, o, err
 	}
 	// The governor holds its own reference to the clock.
 	runtime.KeepAlive(o.clock)
-	g := &Governor{handle: handle, clock: o.clock, events: &eventBridge{}}
-	g.cleanup = runtime.AddCleanup(g, resources.free, resources{handle, g.events})
-	return g, nil
+	return handle, o, nil
 }
 
 // Close releases the governor now rather than when it is garbage

@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 )
 
 // RedisGovernor is a governor whose shared scopes (those under
@@ -82,26 +81,10 @@ func NewRedisGovernorFromJSON(config string, opts ...Option) (*RedisGovernor, er
 type redisConstructor func(*C.char, *C.llmgov_manual_clock, **C.llmgov_redis_governor) C.llmgov_result
 
 func buildRedis(field, text string, opts []Option, make redisConstructor) (*RedisGovernor, error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	ctext, err := cString(field, text)
+	handle, o, err := construct(field, text, opts, make)
 	if err != nil {
 		return nil, err
 	}
-	defer C.free(unsafe.Pointer(ctext))
-	var clock *C.llmgov_manual_clock
-	if o.clock != nil {
-		if clock, err = o.clock.ptr(); err != nil {
-			return nil, err
-		}
-	}
-	var handle *C.llmgov_redis_governor
-	if err := call(func() C.llmgov_result { return make(ctext, clock, &handle) }); err != nil {
-		return nil, err
-	}
-	runtime.KeepAlive(o.clock)
 	g := &RedisGovernor{handle: handle, clock: o.clock}
 	g.cleanup = runtime.AddCleanup(g, func(h *C.llmgov_redis_governor) { C.llmgov_redis_governor_free(h) }, handle)
 	return g, nil
