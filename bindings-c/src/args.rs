@@ -58,6 +58,20 @@ pub(crate) unsafe fn text<'a>(ptr: *const c_char, name: &str) -> Outcome<&'a str
     std::str::from_utf8(bytes).map_err(|e| Failure::utf8(name, bytes, e))
 }
 
+/// The `paths_len` scope paths at `paths`, each named `paths[i]` in errors.
+///
+/// # Safety
+/// As [`slice`], and each non-NULL item NUL-terminated and live for `'a`.
+pub(crate) unsafe fn paths<'a>(paths: *const *const c_char, paths_len: usize) -> Outcome<Vec<&'a str>> {
+    // SAFETY: the caller's contract.
+    let list = unsafe { slice(paths, paths_len, "paths")? };
+    list.iter()
+        .enumerate()
+        // SAFETY: each is NULL or NUL-terminated by the caller's contract.
+        .map(|(i, &path)| unsafe { text(path, &format!("paths[{i}]")) })
+        .collect()
+}
+
 /// `len` items at `ptr`. NULL is allowed only with `len` 0 (an empty array).
 ///
 /// # Safety

@@ -204,19 +204,9 @@ pub unsafe extern "C" fn llmgov_redis_governor_route(
 ) -> llmgov_result {
     guard(|| {
         // SAFETY: the caller's contract.
-        let (gov, list, out) = unsafe {
-            (
-                args::reference(governor, "governor")?,
-                args::slice(paths, paths_len, "paths")?,
-                Out::new(out_route, "out_route")?,
-            )
+        let (gov, paths, out) = unsafe {
+            (args::reference(governor, "governor")?, args::paths(paths, paths_len)?, Out::new(out_route, "out_route")?)
         };
-        let paths = list
-            .iter()
-            .enumerate()
-            // SAFETY: each is NULL or NUL-terminated by the caller's contract.
-            .map(|(i, &path)| unsafe { args::text(path, &format!("paths[{i}]")) })
-            .collect::<Outcome<Vec<&str>>>()?;
         out.write(gov.intern(&paths)?);
         Ok(())
     })
