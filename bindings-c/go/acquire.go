@@ -7,7 +7,6 @@ import "C"
 
 import (
 	"context"
-	"encoding/json"
 	"runtime"
 	"time"
 )
@@ -137,13 +136,5 @@ func (g *Governor) QueueMetrics() (*QueueMetrics, error) {
 	defer runtime.KeepAlive(g)
 	var out *C.char
 	err = call(func() C.llmgov_result { return C.llmgov_governor_queue_metrics_json(h, &out) })
-	text, err := takeString(out, err)
-	if err != nil {
-		return nil, err
-	}
-	var m QueueMetrics
-	if err := json.Unmarshal(text, &m); err != nil {
-		return nil, err
-	}
-	return &m, nil
+	return decoded[QueueMetrics](takeString(out, err))
 }

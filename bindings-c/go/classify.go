@@ -8,6 +8,7 @@ package llmgov
 import "C"
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
@@ -183,4 +184,16 @@ func takeString(s *C.char, err error) ([]byte, error) {
 	}
 	defer C.llmgov_string_free(s)
 	return C.GoBytes(unsafe.Pointer(s), C.int(C.strlen(s))), nil
+}
+
+// decoded is the JSON text llmgov gave (or its error) decoded into a T.
+func decoded[T any](text []byte, err error) (*T, error) {
+	if err != nil {
+		return nil, err
+	}
+	var value T
+	if err := json.Unmarshal(text, &value); err != nil {
+		return nil, err
+	}
+	return &value, nil
 }

@@ -6,7 +6,6 @@ package llmgov
 import "C"
 
 import (
-	"encoding/json"
 	"runtime"
 	"time"
 )
@@ -128,13 +127,5 @@ func (g *Governor) MetricsJSON() ([]byte, error) {
 
 // Metrics is everything observable now.
 func (g *Governor) Metrics() (*Metrics, error) {
-	text, err := g.MetricsJSON()
-	if err != nil {
-		return nil, err
-	}
-	var m Metrics
-	if err := json.Unmarshal(text, &m); err != nil {
-		return nil, err
-	}
-	return &m, nil
+	return decoded[Metrics](g.MetricsJSON())
 }

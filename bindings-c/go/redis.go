@@ -8,7 +8,6 @@ import "C"
 
 import (
 	"context"
-	"encoding/json"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -204,15 +203,7 @@ func (g *RedisGovernor) Health() (*RedisHealth, error) {
 	defer runtime.KeepAlive(g)
 	var out *C.char
 	err = call(func() C.llmgov_result { return C.llmgov_redis_governor_health_json(h, &out) })
-	text, err := takeString(out, err)
-	if err != nil {
-		return nil, err
-	}
-	var health RedisHealth
-	if err := json.Unmarshal(text, &health); err != nil {
-		return nil, err
-	}
-	return &health, nil
+	return decoded[RedisHealth](takeString(out, err))
 }
 
 // ReturnLeases gives every lease's unused part back to Redis now (leased
@@ -328,15 +319,7 @@ func (g *RedisGovernor) SnapshotJSON() ([]byte, error) {
 
 // Snapshot is SnapshotJSON decoded.
 func (g *RedisGovernor) Snapshot() (*Snapshot, error) {
-	text, err := g.SnapshotJSON()
-	if err != nil {
-		return nil, err
-	}
-	var s Snapshot
-	if err := json.Unmarshal(text, &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return decoded[Snapshot](g.SnapshotJSON())
 }
 
 // MetricsJSON is the local engine's metrics as the core's JSON (what
@@ -355,13 +338,5 @@ func (g *RedisGovernor) MetricsJSON() ([]byte, error) {
 
 // Metrics is MetricsJSON decoded.
 func (g *RedisGovernor) Metrics() (*Metrics, error) {
-	text, err := g.MetricsJSON()
-	if err != nil {
-		return nil, err
-	}
-	var m Metrics
-	if err := json.Unmarshal(text, &m); err != nil {
-		return nil, err
-	}
-	return &m, nil
+	return decoded[Metrics](g.MetricsJSON())
 }

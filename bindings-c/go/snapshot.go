@@ -6,7 +6,6 @@ package llmgov
 import "C"
 
 import (
-	"encoding/json"
 	"runtime"
 )
 
@@ -75,15 +74,7 @@ func (g *Governor) SnapshotJSON() ([]byte, error) {
 
 // Snapshot is every scope and counter now.
 func (g *Governor) Snapshot() (*Snapshot, error) {
-	text, err := g.SnapshotJSON()
-	if err != nil {
-		return nil, err
-	}
-	var s Snapshot
-	if err := json.Unmarshal(text, &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return decoded[Snapshot](g.SnapshotJSON())
 }
 
 // ScopeSnapshot is one scope's limits now.
@@ -95,15 +86,7 @@ func (g *Governor) ScopeSnapshot(scope Scope) (*ScopeSnapshot, error) {
 	defer runtime.KeepAlive(g)
 	var out *C.char
 	err = call(func() C.llmgov_result { return C.llmgov_governor_scope_snapshot_json(h, C.uint64_t(scope), &out) })
-	text, err := takeString(out, err)
-	if err != nil {
-		return nil, err
-	}
-	var s ScopeSnapshot
-	if err := json.Unmarshal(text, &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return decoded[ScopeSnapshot](takeString(out, err))
 }
 
 // Prometheus is every limit, counter, breaker and queue now in the
