@@ -8,7 +8,7 @@
 import native from './native';
 import { invalidArgument, jsonOf, knownKeys, wellFormed } from './errors';
 import { count, optionalCount } from './hot';
-import { GovernorOptions, inputOf, looksLikePath, manual, readConfig } from './governor';
+import { AcquireRequest, GovernorOptions, inputOf, looksLikePath, manual, readConfig } from './governor';
 import { signalOf } from './waiting';
 import { AnyUsage, normalizeUsage } from './usage';
 import type { Metrics, Snapshot } from './native';
@@ -19,26 +19,15 @@ type NativeRedisPermit = InstanceType<typeof native.NativeRedisPermit>;
 /** A request's scopes split into local and shared parts, from {@link RedisGovernor.route}. */
 export type RedisRoute = InstanceType<typeof native.NativeRedisRoute>;
 
-/** What {@link RedisGovernor.tryAcquire} reserves. Give `route` or `paths`, and the input as a count, a text or messages. */
-export interface RedisAcquireRequest {
+/**
+ * What {@link RedisGovernor.tryAcquire} reserves: the local request's
+ * fields, less those shared scopes cannot honour (`expectedOutputTokens`,
+ * `klass`; they are refused by name). Give `route` or `paths`, and the
+ * input as a count, a text or messages.
+ */
+export interface RedisAcquireRequest extends Omit<AcquireRequest, 'route' | 'expectedOutputTokens' | 'klass'> {
   /** A route from {@link RedisGovernor.route}. */
   route?: RedisRoute;
-  /** Scope paths; resolved to a route once and cached. */
-  paths?: readonly string[];
-  /** Estimated prompt tokens, cached ones included. */
-  inputTokens?: number;
-  /** The prompt as text, counted for `model` when `inputTokens` is absent. */
-  text?: string;
-  /** Chat messages, counted for `model` when `inputTokens` is absent. */
-  messages?: readonly unknown[];
-  /** Tool definitions sent with `messages`. */
-  tools?: readonly unknown[];
-  /** The model, for counting `text` or `messages` (gpt-4o's encoding by default). */
-  model?: string;
-  /** The part of the input expected from the prompt cache. */
-  cachedInputTokens?: number;
-  /** The request's `max_tokens`: shared scopes reserve it as the output. */
-  maxOutputTokens?: number;
 }
 
 /** What {@link RedisGovernor.acquire} waits for: a request, and how long. */
