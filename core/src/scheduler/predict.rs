@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::flow::{ClassQueue, Cost, RouteInfo, RouteLimit};
 use crate::config::classes::{ShareSettings, WaitingSettings};
+use crate::ledger::limit::Rule;
 use crate::{Dimension, Error, Ledger, Result, Route};
 
 /// Builds what the scheduler keeps about `route`.
@@ -94,8 +95,13 @@ pub(crate) fn predicted_wait(
             let (scope, burst) = (Arc::from(snapshot.path.as_str()), state.burst);
             return Err(Error::NeverFits { scope, dimension, cost: mine, burst });
         }
-        let need =
-            (ahead.on(limit.dimension, limit.reserves_expected) as i128 + mine as i128) - state.available as i128;
+        let queued = ahead.on(limit.dimension, limit.reserves_expected);
+        if state.algorithm == "sliding_window" {
+            // A window frees when its charges age out, not at a rate.
+            wait = wait.max(sliding_window_wait(ledger, limit, queued.saturating_add(mine), now));
+            continue;
+        }
+        let need = (queued as i128 + mine as i128) - state.available as i128;
         if need > 0 {
             let window_ns = state.window_ms.unwrap_or(0) as i128 * 1_000_000;
             // The rate enforced now: after AIMD and slow start, and on a
@@ -109,6 +115,22 @@ pub(crate) fn predicted_wait(
         }
     }
     Ok(wait)
+}
+
+/// How long until the sliding window of `limit` has room for `units` more
+/// (what is queued ahead of a request, and the request): its charges leave
+/// oldest first, and what one window cannot hold waits whole windows more.
+fn sliding_window_wait(ledger: &Ledger, limit: &RouteLimit, units: u64, now: u64) -> u64 {
+    let scope = ledger.registry().get(limit.scope.index);
+    let (rule, bucket) = (&scope.limits[limit.index], &scope.buckets[limit.index]);
+    let (Rule::SlidingWindow { amount, .. }, Some(window_ns)) = (&rule.rule, rule.window_ns) else { return 0 };
+    if units == 0 || *amount == 0 {
+        return 0;
+    }
+    let more_windows = (units - 1) / amount;
+    let in_last_window = units - more_windows * amount;
+    let room_at = rule.spent_at_most_at(bucket, amount - in_last_window, now);
+    room_at.saturating_sub(now).saturating_add(more_windows.saturating_mul(window_ns))
 }
 
 /// What is served before a new request costing `cost` on `info` in `class`.

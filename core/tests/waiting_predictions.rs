@@ -1,0 +1,69 @@
+//! Predicted waits that must hold, found in the scheduler's semantic audit:
+//! a request is refused at once when it could not be admitted by its
+//! deadline, and waits when it could. Manual clock.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use llmgov::{Acquire, Config, Error, Governor, ManualClock, Permit, Request};
+use serde_json::json;
+
+fn governor(config: serde_json::Value) -> (Governor, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::new(0));
+    (Governor::with_clock(&Config::from_value(config).unwrap(), clock.clone()).unwrap(), clock)
+}
+
+fn poll(future: &mut Acquire) -> Poll<llmgov::Result<Permit>> {
+    Pin::new(future).poll(&mut Context::from_waker(Waker::noop()))
+}
+
+/// Ten requests a minute on `p`, counted in a sliding window.
+fn ten_a_minute_sliding() -> serde_json::Value {
+    json!({"scopes": {"p": {"limits": [
+        {"dimension": "requests", "amount": 10, "window": "1m", "algorithm": "sliding_window"}]}}})
+}
+
+#[test]
+fn a_full_sliding_window_is_predicted_to_free_when_its_charges_age_out() {
+    let (gov, clock) = governor(ten_a_minute_sliding());
+    let route = gov.route(&["p"]).unwrap();
+    let _all: Vec<Permit> = (0..10).map(|_| gov.try_acquire(&Request::new(route)).unwrap()).collect();
+    // Every charge was made at 0: nothing frees before a minute, so a
+    // request that may wait 10 s is refused now, not after 10 s of waiting.
+    let mut impatient = gov.acquire(&Request::new(route).deadline(Duration::from_secs(10)));
+    match poll(&mut impatient) {
+        Poll::Ready(Err(Error::DeadlineExceeded { waited, retry_after, .. })) => {
+            assert_eq!(waited, Duration::ZERO);
+            let after = retry_after.expect("a refusal at once says when");
+            assert!(after >= Duration::from_secs(59), "retry_after {after:?}");
+        }
+        other => panic!("expected a refusal at once, got {other:?}"),
+    }
+    assert_eq!(gov.queue_metrics().depth, 0, "nobody waits for a failure");
+    // Near the end of the window, the same request waits and passes.
+    clock.advance(Duration::from_secs(55));
+    let mut patient = gov.acquire(&Request::new(route).deadline(Duration::from_secs(10)));
+    assert!(patient.is_waiting(), "refused at once: {:?}", poll(&mut patient));
+    clock.advance(Duration::from_secs(6));
+    gov.wake_waiters();
+    assert!(matches!(poll(&mut patient), Poll::Ready(Ok(_))));
+}
+
+#[test]
+fn a_sliding_window_about_to_free_is_not_refused_at_once() {
+    let (gov, clock) = governor(ten_a_minute_sliding());
+    let route = gov.route(&["p"]).unwrap();
+    let _all: Vec<Permit> = (0..10).map(|_| gov.try_acquire(&Request::new(route)).unwrap()).collect();
+    clock.advance(Duration::from_secs(58));
+    // All ten free within 2 s or so; a rate of one per 6 s would say 60 s for ten.
+    let waiters: Vec<Acquire> =
+        (0..10).map(|_| gov.acquire(&Request::new(route).deadline(Duration::from_secs(10)))).collect();
+    assert!(waiters.iter().all(Acquire::is_waiting), "a wait of about 2 s is within 10 s");
+    clock.advance(Duration::from_secs(3));
+    gov.wake_waiters();
+    let mut waiters = waiters;
+    assert!(waiters.iter_mut().all(|w| matches!(poll(w), Poll::Ready(Ok(_)))));
+}
