@@ -1,7 +1,7 @@
 //! [`RedisGovernor`]: the core's governor for local scopes, Redis for
 //! shared ones, and the safe local share while Redis is away.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +15,7 @@ use crate::heartbeat::Heartbeat;
 use crate::lease::LocalLease;
 use crate::outage::OutageDebt;
 use crate::settings::{redact, Mode, RedisConfig, Settings};
-use crate::shared::{self, Kind, SharedScope};
+use crate::shared::{self, Charge, Kind, SharedScope};
 use crate::store::{Admission, Ask, Reconcile, Store};
 
 const DEFAULT_PERMIT_TTL: Duration = Duration::from_secs(600);
@@ -35,6 +35,8 @@ pub struct RedisGovernor {
 pub struct SharedRoute {
     /// The governor that resolved it: its shared scopes are indices there.
     owner: u64,
+    /// The route in the whole config, which prices its requests.
+    catalog: Route,
     local: Option<Route>,
     fallback: Option<Route>,
     shared: Box<[usize]>,
@@ -48,7 +50,9 @@ pub struct SharedPermit {
     local: Option<Permit>,
     fallback: Option<Permit>,
     /// With `fallback`: the shared scopes it stood in for, and the estimate.
-    outage: Option<(Box<[usize]>, Usage)>,
+    outage: Option<(Box<[usize]>, Charge)>,
+    /// Its route in the whole config, which prices its usage.
+    catalog: Route,
     holds: Vec<Hold>,
     reconciled: bool,
     /// When it expires unsettled, on this process's clock: a local part's
@@ -80,6 +84,9 @@ pub(crate) struct Inner {
     pub(crate) settings: Settings,
     pub(crate) scopes: Vec<SharedScope>,
     index: HashMap<String, usize>,
+    /// The configured scopes (no `*`) that price their requests: each half
+    /// of a route is priced by them, wherever they are enforced.
+    priced: HashSet<String>,
     pub(crate) catalog: Ledger,
     local: Governor,
     fallback: Governor,
@@ -130,8 +137,16 @@ impl RedisGovernor {
 
     /// Builds from a parsed core config and validated settings.
     pub fn new(config: Config, settings: Settings, clock: Arc<dyn Clock>) -> Result<Self> {
+        // The whole config first: its errors (a bad budget, say) are the core's.
+        let catalog = Ledger::new(&config)?;
         let scopes = shared::compile(&config, &settings)?;
         let index = scopes.iter().enumerate().map(|(i, s)| (s.path.to_string(), i)).collect();
+        let priced = config
+            .scopes
+            .iter()
+            .filter(|(path, scope)| scope.pricing.is_some() && !path.contains('*'))
+            .map(|(path, _)| path.clone())
+            .collect();
         let permit_ttl_ns = match &config.permit_ttl {
             Some(text) => humantime::parse_duration(text)
                 .map_err(|e| Error::config("permit_ttl", text, e.to_string()))?
@@ -141,7 +156,7 @@ impl RedisGovernor {
         let store = Store::new(client(&settings)?, settings.timeout, clock.clone());
         let inner = Arc::new(Inner {
             owner: rand::random(),
-            catalog: Ledger::new(&config)?,
+            catalog,
             local: Governor::with_clock(&shared::local_config(&config, &settings), clock.clone())?,
             fallback: Governor::with_clock(&shared::fallback_config(&config, &settings), clock.clone())?,
             clock,
@@ -155,6 +170,7 @@ impl RedisGovernor {
             outage: OutageDebt::new(&scopes),
             health: HealthState::default(),
             index,
+            priced,
             scopes,
             settings,
         });
@@ -169,20 +185,35 @@ impl RedisGovernor {
     pub fn route<S: AsRef<str>>(&self, paths: &[S]) -> Result<SharedRoute> {
         let inner = &self.inner;
         let all = inner.catalog.route(paths)?;
-        let mut local = Vec::new();
-        let mut shared = Vec::new();
+        let (mut local, mut shared) = (Vec::new(), Vec::new());
+        // Each half's price-only copies of the other half's priced scopes.
+        let (mut local_priced_by, mut fallback_priced_by) = (Vec::new(), Vec::new());
         for id in inner.catalog.route_scopes(all)? {
             let path = inner.catalog.scope_path(id)?;
+            let priced = inner.priced.contains(path);
             match inner.index.get(path) {
-                Some(&i) => shared.push(i),
-                None => local.push(path.to_owned()),
+                Some(&i) => {
+                    shared.push(i);
+                    local_priced_by.extend(priced.then(|| path.to_owned()));
+                }
+                None => {
+                    local.push(path.to_owned());
+                    fallback_priced_by.extend(priced.then(|| path.to_owned()));
+                }
             }
         }
-        let shared_paths: Vec<&str> = shared.iter().map(|&i| &*inner.scopes[i].path).collect();
+        let mut fallback: Vec<String> = shared.iter().map(|&i| inner.scopes[i].path.to_string()).collect();
+        if !local.is_empty() {
+            local.extend(local_priced_by);
+        }
+        if !fallback.is_empty() {
+            fallback.extend(fallback_priced_by);
+        }
         Ok(SharedRoute {
             owner: inner.owner,
+            catalog: all,
             local: (!local.is_empty()).then(|| inner.local.route(&local)).transpose()?,
-            fallback: (!shared.is_empty()).then(|| inner.fallback.route(&shared_paths)).transpose()?,
+            fallback: (!fallback.is_empty()).then(|| inner.fallback.route(&fallback)).transpose()?,
             shared: shared.into(),
         })
     }
@@ -301,7 +332,8 @@ impl Inner {
         self.check_owner("route", route.owner)?;
         // The local engine checks its part; the shared scopes' costs are summed here.
         estimate.validate()?;
-        self.check_fits(route, &estimate)?;
+        let charge = self.charge(route.catalog, estimate)?;
+        self.check_fits(route, &charge)?;
         let local = match route.local {
             Some(r) => Some(self.local.try_acquire(&request(r, estimate)).map_err(Error::from_core)?),
             None => None,
@@ -313,6 +345,7 @@ impl Inner {
             local,
             fallback: None,
             outage: None,
+            catalog: route.catalog,
             holds: Vec::new(),
             reconciled: false,
             expires_at,
@@ -320,7 +353,7 @@ impl Inner {
         let Some(fallback_route) = route.fallback else { return Ok(permit) };
         let now = self.clock.now();
         if self.health.redis_usable(now, self.settings.retry_interval) {
-            match self.acquire_shared(&route.shared, &estimate) {
+            match self.acquire_shared(&route.shared, &charge) {
                 Ok(Ok(holds)) => {
                     self.health.on_success();
                     permit.holds = holds;
@@ -342,10 +375,10 @@ impl Inner {
             Ok(granted) => {
                 self.health.on_fallback_admission();
                 for &i in route.shared.iter() {
-                    self.outage.charge(&self.scopes[i], i, &estimate);
+                    self.outage.charge(&self.scopes[i], i, &charge);
                 }
                 permit.fallback = Some(granted);
-                permit.outage = Some((route.shared.clone(), estimate));
+                permit.outage = Some((route.shared.clone(), charge));
                 Ok(permit)
             }
             Err(e) => {
@@ -365,11 +398,16 @@ impl Inner {
         Err(llmgov::Error::InvalidRequest { field, value: format!("{owner:016x}"), reason }.into())
     }
 
-    fn check_fits(&self, route: &SharedRoute, estimate: &Usage) -> Result<()> {
+    /// `usage` with its price on `route` (of the whole config).
+    fn charge(&self, route: Route, usage: Usage) -> Result<Charge> {
+        Ok(Charge { usage, price: self.catalog.price_of(route, &usage)? })
+    }
+
+    fn check_fits(&self, route: &SharedRoute, charge: &Charge) -> Result<()> {
         for &i in route.shared.iter() {
             let scope = &self.scopes[i];
             for limit in &scope.limits {
-                let cost = limit.cost(estimate);
+                let cost = limit.cost(charge);
                 if cost > limit.burst() {
                     let (scope, dimension, burst) = (scope.path.clone(), limit.dimension, limit.burst());
                     return Err(Error::NeverFits { scope, dimension, cost, burst });
@@ -388,10 +426,10 @@ impl Inner {
 
     /// One script per shared scope, in route order; a refusal (or an error)
     /// gives back the scopes already reserved, so the request holds all or nothing.
-    fn acquire_shared(&self, shared: &[usize], estimate: &Usage) -> redis::RedisResult<Result<Vec<Hold>>> {
+    fn acquire_shared(&self, shared: &[usize], charge: &Charge) -> redis::RedisResult<Result<Vec<Hold>>> {
         let mut holds: Vec<Hold> = Vec::with_capacity(shared.len());
         for &i in shared {
-            match self.acquire_scope(i, estimate) {
+            match self.acquire_scope(i, charge) {
                 Ok(Ok(hold)) => holds.push(hold),
                 other => {
                     for hold in &holds {
@@ -405,9 +443,9 @@ impl Inner {
         Ok(Ok(holds))
     }
 
-    fn acquire_scope(&self, i: usize, estimate: &Usage) -> redis::RedisResult<Result<Hold>> {
+    fn acquire_scope(&self, i: usize, charge: &Charge) -> redis::RedisResult<Result<Hold>> {
         let scope = &self.scopes[i];
-        let costs: Vec<u64> = scope.limits.iter().map(|l| l.cost(estimate)).collect();
+        let costs: Vec<u64> = scope.limits.iter().map(|l| l.cost(charge)).collect();
         if scope.mode == Mode::Leased {
             return self.acquire_leased(i, costs);
         }
@@ -456,6 +494,7 @@ impl Inner {
         if let Some(usage) = &actual {
             usage.validate()?;
         }
+        let spent = actual.map(|usage| self.charge(permit.catalog, usage)).transpose()?;
         permit.reconciled = true;
         if self.clock.now() >= permit.expires_at {
             // As the core's permits: charged as estimated, and what it held
@@ -472,12 +511,12 @@ impl Inner {
         }
         if let Some((shared, estimate)) = &permit.outage {
             for &i in shared.iter() {
-                self.outage.reconcile(&self.scopes[i], i, estimate, actual.as_ref());
+                self.outage.reconcile(&self.scopes[i], i, estimate, spent.as_ref());
             }
         }
         let now = self.clock.now();
         for hold in &permit.holds {
-            if let Err(e) = self.reconcile_hold(hold, actual.as_ref()) {
+            if let Err(e) = self.reconcile_hold(hold, spent.as_ref()) {
                 // Refunds are lost (capacity stays charged); a slot comes back after its TTL.
                 self.health.on_error(&e, now, self.settings.retry_interval);
                 self.store.drop_idle();
@@ -513,7 +552,7 @@ impl Inner {
         *self.epochs[i].lock() = Some(epoch.to_owned());
     }
 
-    fn reconcile_hold(&self, hold: &Hold, actual: Option<&Usage>) -> redis::RedisResult<()> {
+    fn reconcile_hold(&self, hold: &Hold, actual: Option<&Charge>) -> redis::RedisResult<()> {
         let scope = &self.scopes[hold.scope];
         if let Some(slot) = &hold.slot {
             self.held[hold.scope].lock().remove(slot);
@@ -525,7 +564,7 @@ impl Inner {
             .enumerate()
             .filter(|(_, (limit, _))| matches!(limit.kind, Kind::Rate { .. }))
             .map(|(i, (limit, &reserved))| {
-                let spent = actual.map_or(0, |usage| limit.cost(usage));
+                let spent = actual.map_or(0, |charge| limit.cost(charge));
                 (i, spent as i64 - reserved as i64)
             })
             .filter(|&(_, delta)| delta != 0)

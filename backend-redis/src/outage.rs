@@ -4,9 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use llmgov::Usage;
-
-use crate::shared::{Kind, SharedScope};
+use crate::shared::{Charge, Kind, SharedScope};
 
 /// Units owed per shared scope and rate limit.
 #[derive(Debug)]
@@ -19,23 +17,23 @@ impl OutageDebt {
         OutageDebt { owed: scopes.iter().map(|s| s.limits.iter().map(|_| AtomicU64::new(0)).collect()).collect() }
     }
 
-    /// Adds what `usage` costs on each rate limit of scope `i`.
-    pub fn charge(&self, scope: &SharedScope, i: usize, usage: &Usage) {
+    /// Adds what `charge` costs on each rate limit of scope `i`.
+    pub fn charge(&self, scope: &SharedScope, i: usize, charge: &Charge) {
         for (owed, limit) in self.owed[i].iter().zip(&scope.limits) {
             if matches!(limit.kind, Kind::Rate { .. }) {
-                owed.fetch_add(limit.cost(usage), Ordering::AcqRel);
+                owed.fetch_add(limit.cost(charge), Ordering::AcqRel);
             }
         }
     }
 
     /// Applies a settle's difference between `actual` and `estimate`
     /// (`None`: a cancel gives the whole estimate back), never below zero.
-    pub fn reconcile(&self, scope: &SharedScope, i: usize, estimate: &Usage, actual: Option<&Usage>) {
+    pub fn reconcile(&self, scope: &SharedScope, i: usize, estimate: &Charge, actual: Option<&Charge>) {
         for (owed, limit) in self.owed[i].iter().zip(&scope.limits) {
             if !matches!(limit.kind, Kind::Rate { .. }) {
                 continue;
             }
-            let spent = actual.map_or(0, |usage| limit.cost(usage));
+            let spent = actual.map_or(0, |charge| limit.cost(charge));
             let reserved = limit.cost(estimate);
             if spent >= reserved {
                 owed.fetch_add(spent - reserved, Ordering::AcqRel);

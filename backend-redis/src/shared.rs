@@ -4,12 +4,21 @@
 use std::sync::Arc;
 
 use llmgov::config::{Algorithm, LimitConfig, OutputReservation, ScopeConfig};
-use llmgov::{Config, Dimension, Usage};
+use llmgov::{Config, Dimension, Usage, COST_UNITS_PER_CURRENCY};
 
 use crate::errors::{Error, Result};
 use crate::settings::{Mode, Settings};
 
 const MICROS_PER_SECOND: f64 = 1e6;
+
+/// A request's usage and its price: what every kind of shared limit counts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Charge {
+    pub usage: Usage,
+    /// In cost units (millionths of the config's currency); 0 on a route
+    /// without a price.
+    pub price: u64,
+}
 
 /// How one limit counts in Redis.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,8 +44,9 @@ pub(crate) struct SharedLimit {
 }
 
 impl SharedLimit {
-    /// What `usage` costs on this limit (a request in flight costs one slot).
-    pub fn cost(&self, usage: &Usage) -> u64 {
+    /// What `charge` costs on this limit (a request in flight costs one slot).
+    pub fn cost(&self, charge: &Charge) -> u64 {
+        let usage = &charge.usage;
         let input = if self.count_cached_input {
             usage.input_tokens
         } else {
@@ -47,7 +57,7 @@ impl SharedLimit {
             Dimension::InputTokens => input,
             Dimension::OutputTokens => usage.output_tokens,
             Dimension::Tokens => input + usage.output_tokens,
-            Dimension::Cost => unreachable!("compile_limit refuses cost limits on shared scopes"),
+            Dimension::Cost => charge.price,
         }
     }
 
@@ -135,15 +145,23 @@ fn compile_limits(path: &str, scope: &ScopeConfig, margin: f64) -> Result<Vec<Sh
 
 fn compile_limit(field: &str, limit: &LimitConfig, margin: f64) -> Result<SharedLimit> {
     let at = |name: &str| format!("{field}.{name}");
-    if limit.dimension == Dimension::Cost {
-        let reason = "cost budgets are not shared through Redis yet; keep the budget on a local scope";
-        return Err(Error::config(at("dimension"), "cost", reason));
-    }
-    let amount = limit
-        .amount
-        .ok_or_else(|| Error::config(at("amount"), "", "a shared scope's limits need an amount (no discovery)"))?;
-    if limit.algorithm == Some(Algorithm::SlidingWindow) {
-        return Err(Error::config(at("algorithm"), "sliding_window", "shared scopes enforce token buckets only"));
+    let amount = match (limit.dimension, limit.budget) {
+        // The core checked the budget: finite, at least one cost unit.
+        (Dimension::Cost, Some(budget)) => (budget * COST_UNITS_PER_CURRENCY).floor() as u64,
+        _ => limit
+            .amount
+            .ok_or_else(|| Error::config(at("amount"), "", "a shared scope's limits need an amount (no discovery)"))?,
+    };
+    match (limit.algorithm, limit.dimension) {
+        (Some(Algorithm::SlidingWindow), _) => {
+            return Err(Error::config(at("algorithm"), "sliding_window", "shared scopes enforce token buckets only"));
+        }
+        // A budget is a sliding window unless it says otherwise.
+        (None, Dimension::Cost) => {
+            let reason = "a shared budget is a token bucket: set algorithm = \"token_bucket\" (a budget's default, the sliding window, is not shared)";
+            return Err(Error::config(at("algorithm"), "", reason));
+        }
+        _ => {}
     }
     if limit.reserve_output == Some(OutputReservation::Expected) {
         return Err(Error::config(at("reserve_output"), "expected", "shared scopes reserve max_tokens only"));
@@ -171,25 +189,40 @@ fn compile_limit(field: &str, limit: &LimitConfig, margin: f64) -> Result<Shared
 }
 
 /// The config a process enforces alone while Redis is away: only the shared
-/// scopes, each amount and burst cut to the safe share (at least one).
+/// scopes, each amount and burst cut to the safe share (at least one), and
+/// the local scopes that price requests, as price-only scopes.
 pub(crate) fn fallback_config(config: &Config, settings: &Settings) -> Config {
     let share = settings.safe_share();
     let cut = |n: u64| ((n as f64 * share).floor() as u64).max(1);
     let mut fallback = config.clone();
-    fallback.scopes.retain(|path, _| settings.scopes.contains_key(path));
+    fallback.scopes.retain(|path, scope| settings.scopes.contains_key(path) || price_only(scope));
     for scope in fallback.scopes.values_mut() {
         for limit in &mut scope.limits {
             limit.amount = limit.amount.map(cut);
             limit.burst = limit.burst.map(cut);
+            limit.budget = limit.budget.map(|b| (b * share).max(1.0 / COST_UNITS_PER_CURRENCY));
         }
     }
     fallback
 }
 
-/// The config of the scopes that stay local to each process.
+/// The config of the scopes that stay local to each process, and the
+/// shared scopes that price requests, as price-only scopes.
 pub(crate) fn local_config(config: &Config, settings: &Settings) -> Config {
     let mut local = config.clone();
-    local.scopes.retain(|path, _| !settings.scopes.contains_key(path));
+    local.scopes.retain(|path, scope| !settings.scopes.contains_key(path) || price_only(scope));
     local.shares.retain(|path, _| !settings.scopes.contains_key(path));
     local
+}
+
+/// Whether `scope` prices its requests; if so, it becomes a scope with its
+/// price and no limit, for the half of the governor that does not enforce
+/// it: a budget on one half is priced by a scope on the other.
+fn price_only(scope: &mut ScopeConfig) -> bool {
+    if scope.pricing.is_none() {
+        return false;
+    }
+    scope.limits.clear();
+    scope.provider = None;
+    true
 }

@@ -70,6 +70,7 @@ pub use ledger::registry::ScopeId;
 pub use ledger::Ledger;
 pub use metrics::{EstimateError, Metrics, RefusalCount};
 pub use plan::{Plan, PlanInput};
+pub use pricing::COST_UNITS_PER_CURRENCY;
 pub use routing::{ProfileRoute, ProfileStep, ProfileWait, Routed};
 pub use scheduler::{Acquire, QueueMetrics};
 pub use snapshot::{LimitSnapshot, ScopeSnapshot, Snapshot};

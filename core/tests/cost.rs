@@ -97,6 +97,31 @@ fn a_route_needs_exactly_one_price_for_its_budget() {
     gov.route(&["openai/gpt-4o"]).unwrap();
 }
 
+/// A scope with a price and no limit only prices its routes; with
+/// neither, it is a config error.
+#[test]
+fn a_scope_may_only_price_its_routes() {
+    let gov = governor(json!({
+        "pricing": pricing(),
+        "scopes": {
+            "models/gpt-4o": {"pricing": "gpt-4o", "limits": []},
+            "tenants/*": {"limits": [{"dimension": "cost", "budget": 1.0, "window": "1d", "algorithm": "token_bucket"}]},
+        },
+    }));
+    let route = gov.route(&["tenants/acme", "models/gpt-4o"]).unwrap();
+    gov.try_acquire(&Request::new(route).input_tokens(100_000)).unwrap();
+    assert_eq!(cost_limit(&gov, "tenants/acme"), (750_000, 250_000), "priced as gpt-4o");
+    // 1000 in, 1000 out at gpt-4o's prices; nothing on an unpriced route.
+    assert_eq!(gov.ledger().price_of(route, &Usage::new(1000, 1000)).unwrap(), 12_500);
+    let plain =
+        governor(json!({"scopes": {"a": {"limits": [{"dimension": "requests", "amount": 9, "window": "1m"}]}}}));
+    let unpriced = plain.route(&["a"]).unwrap();
+    assert_eq!(plain.ledger().price_of(unpriced, &Usage::new(1000, 1000)).unwrap(), 0);
+    let limitless = json!({"scopes": {"models/gpt-4o": {"limits": []}}});
+    let err = Config::from_value(limitless).and_then(|c| Governor::new(&c)).unwrap_err();
+    assert!(err.to_string().contains("scopes.models/gpt-4o.limits"), "{err}");
+}
+
 #[test]
 fn provider_feedback_never_moves_a_budget() {
     let gov = governor(json!({

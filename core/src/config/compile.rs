@@ -64,8 +64,11 @@ pub(crate) fn compile(config: &Config) -> Result<Compiled> {
         let field = format!("scopes.{path}");
         let segments = template_segments(&field, path)?;
         let scope_margin = margin(scope.safety_margin, &format!("{field}.safety_margin"))?.unwrap_or(global_margin);
-        if scope.limits.is_empty() {
-            return Err(Error::config(format!("{field}.limits"), "[]", "a scope needs at least one limit"));
+        // A scope with no limit only prices its routes (as the Redis
+        // backend's local half prices by a scope shared through Redis).
+        if scope.limits.is_empty() && scope.pricing.is_none() {
+            let reason = "a scope needs at least one limit, or a `pricing` to price its routes";
+            return Err(Error::config(format!("{field}.limits"), "[]", reason));
         }
         let provider = scope.provider.unwrap_or(false);
         let limits: Arc<[Limit]> = scope

@@ -84,7 +84,8 @@ pub struct ScopeConfig {
     /// This scope's safety margin, overriding the global one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub safety_margin: Option<f64>,
-    /// The limits; every one applies.
+    /// The limits; every one applies. None only with a `pricing`: the
+    /// scope then only prices its routes.
     #[serde(default)]
     pub limits: Vec<LimitConfig>,
     /// Whether this scope is a provider's pool (an organisation, a key, a

@@ -128,6 +128,16 @@ impl Ledger {
         Ok(())
     }
 
+    /// What `usage` costs on `route`, in cost units (millionths of the
+    /// config's currency), its output taken as `usage.output_tokens`; 0
+    /// where no scope on the route is priced. For engines that keep some of
+    /// a route's budgets elsewhere (the Redis backend's shared scopes).
+    pub fn price_of(&self, route: Route, usage: &Usage) -> Result<u64> {
+        self.check_route(route)?;
+        let price = self.registry.route_entry(route.id).price.as_ref();
+        Ok(price.map_or(0, |p| p.cost(usage, usage.output_tokens)))
+    }
+
     /// Number of scopes instantiated, configured and from templates.
     pub fn scope_count(&self) -> usize {
         self.registry.len()
