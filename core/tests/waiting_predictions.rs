@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use llmgov::{Acquire, Config, Error, Governor, ManualClock, Permit, Request};
+use llmgov::{classify_response, Acquire, Config, Error, Governor, ManualClock, Permit, ProviderHint, Request};
 use serde_json::json;
 
 fn governor(config: serde_json::Value) -> (Governor, Arc<ManualClock>) {
@@ -66,4 +66,45 @@ fn a_sliding_window_about_to_free_is_not_refused_at_once() {
     gov.wake_waiters();
     let mut waiters = waiters;
     assert!(waiters.iter_mut().all(|w| matches!(poll(w), Poll::Ready(Ok(_)))));
+}
+
+fn breaker_gov() -> (Governor, Arc<ManualClock>, llmgov::Route) {
+    let (gov, clock) = governor(json!({
+        "adaptive": {"breaker": {"failures": 3, "pauses": ["30s", "2m"]}},
+        "scopes": {"openai/org": {"provider": true, "limits": [{"dimension": "requests", "amount": 6000, "window": "1m"}]}},
+    }));
+    let route = gov.route(&["openai/org"]).unwrap();
+    let permit = gov.try_acquire(&Request::new(route)).unwrap();
+    for _ in 0..3 {
+        let answer = classify_response::<&str, &str>(500, &[], b"{}", ProviderHint::OpenAi, 0);
+        gov.report_classified(&permit, &answer).unwrap();
+    }
+    (gov, clock, route)
+}
+
+fn circuit_open(result: Poll<llmgov::Result<Permit>>) -> Duration {
+    match result {
+        Poll::Ready(Err(Error::CircuitOpen { retry_after, .. })) => retry_after,
+        other => panic!("expected an open circuit at once, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_class_that_cannot_outwait_an_open_breaker_is_refused_at_once() {
+    let (gov, _clock, route) = breaker_gov();
+    // No deadline of its own, but interactive waits 10 s at most: the 30 s
+    // pause cannot be outwaited.
+    let mut interactive = gov.acquire(&Request::new(route).class(gov.class("interactive")));
+    assert_eq!(circuit_open(poll(&mut interactive)), Duration::from_secs(30));
+    assert_eq!(gov.queue_metrics().depth, 0, "nobody waits for a failure");
+}
+
+#[test]
+fn an_open_breaker_refuses_an_impatient_request_at_once_while_others_wait() {
+    let (gov, _clock, route) = breaker_gov();
+    let mut patient = gov.acquire(&Request::new(route).deadline(Duration::from_secs(60)));
+    assert!(patient.is_waiting(), "{:?}", poll(&mut patient));
+    let mut impatient = gov.acquire(&Request::new(route).deadline(Duration::from_secs(5)));
+    assert_eq!(circuit_open(poll(&mut impatient)), Duration::from_secs(30));
+    assert_eq!(gov.queue_metrics().depth, 1, "only the patient one waits");
 }

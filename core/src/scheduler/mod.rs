@@ -63,9 +63,11 @@
 //! A request waits at most the least of its [`crate::Request::deadline`],
 //! its class's `max_wait` and a blocking timeout. When it arrives, its wait
 //! is predicted (what is queued ahead of it, by the rules above, over each
-//! limit's refill rate, less what is available); if that is past its
-//! deadline, or its class's queue is full, it is refused at once with a
-//! `retry_after`. A waiter still waiting at its deadline is refused then
+//! token bucket's refill rate, less what is available; on a sliding window,
+//! until enough of its charges age out; and until an open breaker on its
+//! route lets a probe through); if that is past its deadline, or its
+//! class's queue is full, it is refused at once with a `retry_after`
+//! ([`Error::CircuitOpen`] when the breaker alone outlasts the deadline). A waiter still waiting at its deadline is refused then
 //! ([`crate::Error::DeadlineExceeded`]); none is admitted after it. The
 //! prediction cannot see traffic of a higher class that arrives later, so
 //! under overload a lower class's waiter may still expire at its deadline.
@@ -183,8 +185,10 @@ impl Scheduler {
         let route = self.route_info(ledger, request.route, now)?;
         let class = self.class(class_name);
         let cost = Cost::of(&request);
+        let breaker = predict::open_breaker(ledger, request.route, now)?;
         let predicted = predict::predicted_wait(ledger, &self.classes, class, &route, &cost, now)?
-            .max(self.ceiling_wait(&route, class, &cost, now));
+            .max(self.ceiling_wait(&route, class, &cost, now))
+            .max(breaker.as_ref().map_or(0, |(_, until)| until.saturating_sub(now)));
         let queue = &mut self.classes[class];
         let retry_after = Some(Duration::from_nanos(predicted));
         if queue.depth() >= queue.settings.queue_bound {
@@ -199,6 +203,11 @@ impl Scheduler {
         let deadline = deadline.unwrap_or(u64::MAX).min(now.saturating_add(wait));
         if predicted > deadline.saturating_sub(now) {
             queue.counts.refused_deadline += 1;
+            // A breaker that stays open past the deadline is the failure to
+            // report, as when nobody waits: the caller learns which scope.
+            if let Some((scope, until)) = breaker.filter(|(_, until)| *until > deadline) {
+                return Err(Error::CircuitOpen { scope, retry_after: Duration::from_nanos(until - now) });
+            }
             return Err(Error::DeadlineExceeded { waited: Duration::ZERO, retry_after });
         }
         let id = WaiterId(self.next_id);

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::flow::{ClassQueue, Cost, RouteInfo, RouteLimit};
 use crate::config::classes::{ShareSettings, WaitingSettings};
+use crate::ledger::breaker::{Gate, State};
 use crate::ledger::limit::Rule;
 use crate::{Dimension, Error, Ledger, Result, Route};
 
@@ -115,6 +116,26 @@ pub(crate) fn predicted_wait(
         }
     }
     Ok(wait)
+}
+
+/// The provider scope on `route` whose breaker stays open longest, and
+/// until when; `None` when none is open. A breaker whose probe is out
+/// (half-open) may close at any moment: it is not predicted.
+pub(crate) fn open_breaker(ledger: &Ledger, route: Route, now: u64) -> Result<Option<(Arc<str>, u64)>> {
+    let mut longest: Option<(Arc<str>, u64)> = None;
+    for id in ledger.route_scopes(route)? {
+        let scope = ledger.registry().get(id.index);
+        let Some(adaptation) = scope.adaptation.as_deref() else { continue };
+        if adaptation.breaker.state(now) != State::Open {
+            continue;
+        }
+        if let Gate::Open(until) = adaptation.breaker.gate(now) {
+            if longest.as_ref().is_none_or(|(_, at)| until > *at) {
+                longest = Some((scope.path.clone(), until));
+            }
+        }
+    }
+    Ok(longest)
 }
 
 /// How long until the sliding window of `limit` has room for `units` more
