@@ -292,6 +292,49 @@ def test_settle_refunds_and_charges_the_difference_in_redis() -> None:
         assert health["redis_calls"] >= 2
 
 
+def test_a_cost_budget_on_a_shared_scope_is_spent_by_both_governors() -> None:
+    url, prefix = redis_url(), fresh_prefix("budget")
+    text = f"""
+[pricing.gpt-4o]
+input = 2.5
+output = 10.0
+[scopes."openai/gpt-4o"]
+pricing = "gpt-4o"
+limits = [{{ dimension = "requests", amount = 1000, window = "1m" }}]
+[scopes."teams/ml"]
+limits = [{{ dimension = "cost", budget = 0.1, window = "1d", algorithm = "token_bucket" }}]
+[redis]
+url = "{url}"
+prefix = "{prefix}"
+expected_processes = 2
+timeout = "{TIMEOUT}"
+[redis.scopes."teams/ml"]
+mode = "exact"
+"""
+    a, b = RedisGovernor.from_toml(text), RedisGovernor.from_toml(text)
+    paths = ["teams/ml", "openai/gpt-4o"]
+    admitted, refusals = [], []
+    for i in range(20):
+        try:
+            admitted.append((a if i % 2 else b).try_acquire(paths, 1000, 1000))
+        except llmgov.RateLimited as refused:
+            refusals.append((refused.scope, refused.dimension))
+    # 0.1 at 0.0125 a request (1000 in at 2.5, 1000 out at 10 per million): 8 between them.
+    assert len(admitted) == 8 and set(refusals) == {("teams/ml", "cost")}
+    for permit in admitted:
+        permit.settle(1000, 500)  # 0.0075 each: 0.005 back
+    assert sum(admits(a, paths) for _ in range(10)) == 3
+
+
+def admits(gov: RedisGovernor, paths: List[str]) -> bool:
+    """Whether `gov` admits a request of 1000 in, 1000 out on `paths` now (left pending)."""
+    try:
+        gov.try_acquire(paths, 1000, 1000)
+        return True
+    except llmgov.RateLimited:
+        return False
+
+
 @pytest.mark.parametrize("paths", [["tenants/acme", "p/shared"], "p/shared"])
 def test_a_refused_settle_leaves_the_permit_pending_and_charges_nothing(paths: Any) -> None:
     url, prefix = redis_url(), fresh_prefix("bad-settle")
