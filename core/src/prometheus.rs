@@ -4,7 +4,7 @@
 //! already runs.
 
 use prometheus_client::encoding::text::encode;
-use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, LabelSetEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -13,16 +13,32 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::metrics::Metrics;
 use crate::scheduler::{QueueMetrics, WaitHistogram};
-use crate::LimitSnapshot;
+use crate::{LimitSnapshot, ScopeSnapshot};
 
 /// Labels of one limit of one scope.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct LimitLabels {
     scope: String,
     dimension: String,
     /// The window in milliseconds, or `none` for concurrency; tells apart
     /// two limits of one dimension (per minute and per day).
     window_ms: String,
+    /// The limit's position in its scope's config, only where the labels
+    /// above name more than one limit (a token bucket and a sliding window
+    /// on the same minute): one series each, rather than the last written
+    /// hiding the others. Left out otherwise, so the usual labels stay short.
+    limit: Option<usize>,
+}
+
+impl EncodeLabelSet for LimitLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        let named = [("scope", self.scope.as_str()), ("dimension", &self.dimension), ("window_ms", &self.window_ms)];
+        named.as_slice().encode(encoder)?;
+        match self.limit {
+            Some(index) => [("limit", index.to_string())].encode(encoder),
+            None => Ok(()),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -101,21 +117,31 @@ struct Limits {
 }
 
 impl Limits {
-    fn record(&self, scope: &str, limit: &LimitSnapshot) {
-        let labels = LimitLabels {
-            scope: scope.to_owned(),
-            dimension: limit.dimension.as_str().to_owned(),
-            window_ms: limit.window_ms.map_or_else(|| "none".to_owned(), |w| w.to_string()),
-        };
+    fn record(&self, scope: &ScopeSnapshot) {
+        for (index, limit) in scope.limits.iter().enumerate() {
+            let alike =
+                |other: &LimitSnapshot| other.dimension == limit.dimension && other.window_ms == limit.window_ms;
+            let shared = scope.limits.iter().filter(|other| alike(other)).count() > 1;
+            let labels = LimitLabels {
+                scope: scope.path.clone(),
+                dimension: limit.dimension.as_str().to_owned(),
+                window_ms: limit.window_ms.map_or_else(|| "none".to_owned(), |w| w.to_string()),
+                limit: shared.then_some(index),
+            };
+            self.record_limit(&labels, limit);
+        }
+    }
+
+    fn record_limit(&self, labels: &LimitLabels, limit: &LimitSnapshot) {
         let effective = limit.effective_amount.unwrap_or(limit.amount);
-        self.amount.get_or_create(&labels).set(clamp(limit.amount));
-        self.effective.get_or_create(&labels).set(clamp(effective));
-        self.in_use.get_or_create(&labels).set(clamp(limit.in_use));
-        self.reserved.get_or_create(&labels).set(clamp(limit.reserved));
-        self.used.get_or_create(&labels).set(clamp(limit.used));
-        self.available.get_or_create(&labels).set(limit.available);
+        self.amount.get_or_create(labels).set(clamp(limit.amount));
+        self.effective.get_or_create(labels).set(clamp(effective));
+        self.in_use.get_or_create(labels).set(clamp(limit.in_use));
+        self.reserved.get_or_create(labels).set(clamp(limit.reserved));
+        self.used.get_or_create(labels).set(clamp(limit.used));
+        self.available.get_or_create(labels).set(limit.available);
         let utilisation = if effective == 0 { 0.0 } else { limit.in_use as f64 / effective as f64 };
-        self.utilisation.get_or_create(&labels).set(utilisation);
+        self.utilisation.get_or_create(labels).set(utilisation);
     }
 
     fn register(self, registry: &mut Registry) {
@@ -260,9 +286,7 @@ pub(crate) fn exposition(metrics: &Metrics) -> String {
     let limits = Limits::default();
     let breakers = Family::<ScopeLabels, Gauge>::default();
     for scope in &snapshot.scopes {
-        for limit in &scope.limits {
-            limits.record(&scope.path, limit);
-        }
+        limits.record(scope);
         if let Some(state) = scope.breaker {
             breakers.get_or_create(&ScopeLabels { scope: scope.path.clone(), state: state.to_owned() }).set(1);
         }

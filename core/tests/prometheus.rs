@@ -154,3 +154,27 @@ fn waits_and_borrowed_capacity_are_exposed_per_class() {
     assert_eq!(value(&text, r#"llmgov_queue_wait_seconds_sum{class=""}"#), 3.0);
     assert_eq!(value(&text, r#"llmgov_queue_borrowed_tokens_total{class=""}"#), 100.0, "the second one's");
 }
+
+#[test]
+fn two_limits_of_one_dimension_and_window_are_two_series() {
+    // A provider-mirroring token bucket and a strict sliding window on the
+    // same minute: each must keep its own series, or one hides the other.
+    let config = json!({"scopes": {"a": {"limits": [
+        {"dimension": "tokens", "amount": 1000, "window": "1m"},
+        {"dimension": "tokens", "amount": 500, "window": "1m", "algorithm": "sliding_window"},
+        {"dimension": "requests", "amount": 10, "window": "1m"},
+    ]}}});
+    let clock = Arc::new(ManualClock::new(0));
+    let gov = Governor::with_clock(&Config::from_value(config).unwrap(), clock).unwrap();
+    let route = gov.route(&["a"]).unwrap();
+    let _permit = gov.try_acquire(&Request::new(route).input_tokens(100)).unwrap();
+    let text = gov.prometheus();
+    let bucket = r#"{scope="a",dimension="tokens",window_ms="60000",limit="0"}"#;
+    let window = r#"{scope="a",dimension="tokens",window_ms="60000",limit="1"}"#;
+    assert_eq!(value(&text, &format!("llmgov_limit{bucket}")), 1000.0, "{text}");
+    assert_eq!(value(&text, &format!("llmgov_limit{window}")), 500.0, "{text}");
+    assert_eq!(value(&text, &format!("llmgov_utilisation{bucket}")), 0.1);
+    assert_eq!(value(&text, &format!("llmgov_utilisation{window}")), 0.2);
+    // A limit alone in its dimension and window keeps the plain labels.
+    assert_eq!(value(&text, r#"llmgov_limit{scope="a",dimension="requests",window_ms="60000"}"#), 10.0);
+}
