@@ -1,6 +1,7 @@
 //! Predicted waits that must hold, found in the scheduler's semantic audit:
 //! a request is refused at once when it could not be admitted by its
-//! deadline, and waits when it could. Manual clock.
+//! deadline, and waits when it could; a head refused at its deadline holds
+//! nobody back. Manual clock.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -8,8 +9,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use llmgov::{classify_response, Acquire, Config, Error, Governor, ManualClock, Permit, ProviderHint, Request};
+use llmgov::scheduler::{Outcome, Scheduler};
+use llmgov::{classify_response, Acquire, Config, Error, Governor, Ledger, ManualClock, Permit, ProviderHint, Request};
 use serde_json::json;
+
+const SECOND: u64 = 1_000_000_000;
 
 fn governor(config: serde_json::Value) -> (Governor, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new(0));
@@ -107,4 +111,37 @@ fn an_open_breaker_refuses_an_impatient_request_at_once_while_others_wait() {
     let mut impatient = gov.acquire(&Request::new(route).deadline(Duration::from_secs(5)));
     assert_eq!(circuit_open(poll(&mut impatient)), Duration::from_secs(30));
     assert_eq!(gov.queue_metrics().depth, 1, "only the patient one waits");
+}
+
+/// 10000 tokens a minute on `p`.
+fn tokens() -> Config {
+    Config::from_value(json!({"scopes": {"p": {"limits": [
+        {"dimension": "tokens", "amount": 10000, "window": "1m"}]}}}))
+    .unwrap()
+}
+
+#[test]
+fn a_head_refused_at_its_deadline_does_not_hold_back_the_waiter_behind_it() {
+    let config = tokens();
+    let ledger = Ledger::new(&config).unwrap();
+    let mut scheduler = Scheduler::new(&config).unwrap();
+    let route = ledger.route(&["p"]).unwrap();
+    let _most = ledger.try_acquire(&Request::new(route).input_tokens(9000), 0).unwrap();
+    // 4000 more need 24 s: the large one may wait 30 s, the small one 10 min.
+    let large = scheduler.submit(&ledger, Request::new(route).input_tokens(5000), "", Some(30 * SECOND), 0).unwrap();
+    let small = scheduler.submit(&ledger, Request::new(route).input_tokens(100), "", None, 0).unwrap();
+    let mut out: Vec<Outcome> = Vec::new();
+    scheduler.poll(0, &mut |r| ledger.try_acquire(r, 0), &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    // Someone who never queues takes most of the refill meanwhile.
+    let _direct = ledger.try_acquire(&Request::new(route).input_tokens(4000), 20 * SECOND).unwrap();
+    let now = 30 * SECOND;
+    scheduler.poll(now, &mut |r| ledger.try_acquire(r, now), &mut out);
+    let answered: Vec<_> = out.iter().map(|o| (o.waiter(), matches!(o, Outcome::Admitted { .. }))).collect();
+    // The large one is refused at its deadline; 2000 tokens are there, so
+    // the small one goes in the same poll, not when the large one's 3000
+    // more would have refilled.
+    assert!(answered.contains(&(large, false)), "{out:?}");
+    assert!(answered.contains(&(small, true)), "{out:?}");
+    assert_eq!(scheduler.depth(), 0);
 }

@@ -114,6 +114,8 @@ pub(crate) struct Waiter {
     pub cost: Cost,
     pub route: Arc<RouteInfo>,
     pub enqueued_at: u64,
+    /// The latest it may be admitted (absolute nanoseconds).
+    pub deadline: u64,
 }
 
 /// Waiters of one flow are served highest priority first, then first come.

@@ -215,7 +215,7 @@ impl Scheduler {
         self.seq += 1;
         let order = (Reverse(request.priority), self.seq);
         let flow = route.flow.clone();
-        queue.push(order, Waiter { id, request, cost, route, enqueued_at: now });
+        queue.push(order, Waiter { id, request, cost, route, enqueued_at: now, deadline });
         self.located.insert(id, Location { class, flow, order, deadline });
         self.deadlines.insert((deadline, id));
         self.wake = Some(now);

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::flow::{ClassQueue, FlowKey, RouteInfo, WaiterId};
 use super::meter::{Meters, Phase};
@@ -160,7 +161,7 @@ fn visit(
             flow.credited[p] = false;
             return (result, false);
         };
-        let (cost, request, route) = (head.cost.tokens(), head.request, head.route.clone());
+        let (cost, request, route, deadline) = (head.cost.tokens(), head.request, head.route.clone(), head.deadline);
         if pass.held.touches(&route) || !eligible(meters, &route, cost, phase, pass) {
             return (result, false);
         }
@@ -184,6 +185,13 @@ fn visit(
             _ => None,
         };
         if let Some((scope, retry_after)) = held {
+            if deadline <= pass.now {
+                // Refused at its deadline, it leaves now: it holds no line
+                // for a refill it will not be here for.
+                expire_head(queue, key, order, pass);
+                result = Visit::Served;
+                continue;
+            }
             if let Some(after) = retry_after {
                 pass.wake_at(pass.now.saturating_add(crate::time::duration_ns(after)));
             }
@@ -204,6 +212,16 @@ fn visit(
             }
         }
     }
+}
+
+/// Refuses the head at `order`, whose deadline is now, as
+/// [`super::Scheduler::expire`] would at the end of the poll.
+fn expire_head(queue: &mut ClassQueue, key: &FlowKey, order: super::flow::Order, pass: &mut Pass) {
+    let waiter = queue.take(key, &order).expect("the head is in its flow");
+    queue.counts.expired += 1;
+    let waited = Duration::from_nanos(pass.now.saturating_sub(waiter.enqueued_at));
+    let error = Error::DeadlineExceeded { waited, retry_after: None };
+    pass.out.push(Outcome::Refused { waiter: waiter.id, error });
 }
 
 /// Charges an admitted head of `cost` to its flow's deficit and meter, and
