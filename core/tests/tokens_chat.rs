@@ -122,6 +122,29 @@ fn vision_guide_examples() {
 }
 
 #[test]
+fn patch_metered_models_follow_the_patch_formula() {
+    // The vision guide's patch examples: 1024 x 1024 is 1024 patches; 1800 x
+    // 2400 is scaled to 1056 x 1408, 33 x 44 = 1452 patches; then each
+    // model's multiplier, rounded up. The tile formula (765 for both) would
+    // under-reserve gpt-4.1-mini two to three times.
+    assert_eq!(image_tokens("gpt-4.1-mini", 1024, 1024, ImageDetail::High), 1659);
+    assert_eq!(image_tokens("gpt-4.1-mini", 1800, 2400, ImageDetail::High), 2353);
+    assert_eq!(image_tokens("gpt-4.1-nano-2025-04-14", 1024, 1024, ImageDetail::High), 2520);
+    assert_eq!(image_tokens("o4-mini", 1024, 1024, ImageDetail::Auto), 1762);
+    assert_eq!(image_tokens("openai/gpt-5-mini", 1024, 1024, ImageDetail::High), 1659);
+    assert_eq!(image_tokens("gpt-5-nano", 1024, 1024, ImageDetail::High), 2520);
+    // No `detail` for these models: low costs the same.
+    assert_eq!(image_tokens("gpt-4.1-mini", 1024, 1024, ImageDetail::Low), 1659);
+    // At most 1536 patches, whatever the size.
+    for (w, h) in [(0, 0), (1, 1), (u32::MAX, 1), (1, u32::MAX), (u32::MAX, u32::MAX), (4096, 4096)] {
+        let tokens = image_tokens("gpt-4.1-nano", w, h, ImageDetail::High);
+        assert!((1..=(1536.0f64 * 2.46).ceil() as u64).contains(&tokens), "{w} x {h}: {tokens}");
+    }
+    // gpt-4.1 itself stays on tiles.
+    assert_eq!(image_tokens("gpt-4.1", 1024, 1024, ImageDetail::High), 765);
+}
+
+#[test]
 fn images_add_to_messages() {
     let text_only = [ChatMessage::text("user", "What is in this image?")];
     let mut with_image = text_only.clone();
