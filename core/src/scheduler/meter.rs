@@ -31,6 +31,13 @@ impl Gcra {
         self.tat.saturating_add(interval).saturating_sub(self.window_ns.max(interval))
     }
 
+    /// The earliest time `cost` conforms once `ahead` tokens, queued
+    /// before it, have been charged, each as soon as it conforms.
+    fn conforms_after(&self, ahead: u64, cost: u64, now: u64) -> u64 {
+        let through = self.tat.max(now).saturating_add(self.interval(ahead.saturating_add(cost)));
+        through.saturating_sub(self.window_ns.max(self.interval(cost)))
+    }
+
     /// Books `cost` at `now`, all of it: a cost above the window (let
     /// through once the meter is empty) keeps the flow out for as many
     /// windows as it took, or the rate would not hold over time. A charge
@@ -90,6 +97,12 @@ impl Meters {
     /// The earliest time the ceiling lets `cost` through (0 without one).
     pub fn ceiling_at(&self, cost: u64) -> u64 {
         self.ceiling.map_or(0, |c| c.conforms_at(cost))
+    }
+
+    /// The earliest time the ceiling lets `cost` through after `ahead`
+    /// tokens of the flow's waiting before it (0 without one).
+    pub fn ceiling_after(&self, ahead: u64, cost: u64, now: u64) -> u64 {
+        self.ceiling.map_or(0, |c| c.conforms_after(ahead, cost, now))
     }
 
     /// Books an admission of `cost` at `now` in `phase`. The ceiling counts

@@ -356,12 +356,17 @@ impl Scheduler {
     }
 
     /// How long the tenant's ceiling keeps a new request of `cost` in
-    /// `class` waiting, behind what its tenant already has waiting there.
+    /// `class` waiting, behind what its tenant already has waiting there
+    /// and in every class served before it (the meter is the tenant's,
+    /// whatever the class).
     fn ceiling_wait(&self, route: &RouteInfo, class: usize, cost: &Cost, now: u64) -> u64 {
         let Some(meter) = self.meters.get(&route.flow) else { return 0 };
-        let flow = self.classes[class].flows.get(&route.flow).filter(|f| !f.waiters.is_empty());
-        let queued = flow.map_or(0, |f| f.backlog.tokens());
-        meter.ceiling_at(queued.saturating_add(cost.tokens())).saturating_sub(now)
+        let priority = self.classes[class].settings.priority;
+        let queued = (self.classes.iter())
+            .filter(|queue| queue.settings.priority >= priority)
+            .filter_map(|queue| queue.flows.get(&route.flow).filter(|f| !f.waiters.is_empty()))
+            .fold(0u64, |sum, flow| sum.saturating_add(flow.backlog.tokens()));
+        meter.ceiling_after(queued, cost.tokens(), now).saturating_sub(now)
     }
 
     fn route_info(&mut self, ledger: &Ledger, route: Route, now: u64) -> Result<Arc<RouteInfo>> {
