@@ -215,9 +215,16 @@ impl ClassQueue {
     }
 
     /// Takes a waiter out of the queue (the flow stays until it is visited
-    /// empty, so the round-robin order is kept).
+    /// empty, so the round-robin order is kept). A flow left empty loses
+    /// its deficit, as in deficit round robin: credit earned for a request
+    /// that left is not spent by the next ones.
     pub fn take(&mut self, flow: &FlowKey, order: &Order) -> Option<Waiter> {
-        let waiter = self.flows.get_mut(flow)?.remove(order)?;
+        let flow = self.flows.get_mut(flow)?;
+        let waiter = flow.remove(order)?;
+        if flow.waiters.is_empty() {
+            flow.deficit = [0; 2];
+            flow.credited = [false; 2];
+        }
         self.arrivals.remove(&(waiter.enqueued_at, waiter.id));
         Some(waiter)
     }

@@ -235,7 +235,9 @@ fn charge_admission(
     enqueued_at: u64,
     now: u64,
 ) -> u64 {
-    queue.flows.get_mut(key).expect("visited flows exist").deficit[phase as usize] -= cost;
+    // Taking its last waiter already reset an emptied flow's deficit.
+    let deficit = &mut queue.flows.get_mut(key).expect("visited flows exist").deficit[phase as usize];
+    *deficit = deficit.saturating_sub(cost);
     meter.charge(phase, cost, now);
     let waited = now.saturating_sub(enqueued_at);
     let counts = &mut queue.counts;
