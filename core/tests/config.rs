@@ -191,3 +191,20 @@ fn readme_config_example_is_valid() {
     config.validate().unwrap();
     assert!(config.scopes.contains_key("tenants/*"));
 }
+
+#[test]
+fn control_characters_in_scope_paths_are_refused() {
+    // A request can never name such a path (it is refused as not printable),
+    // so the scope could only sit unused in logs and labels.
+    for path in ["tenants/a\nb", "a\tb", "nul\0"] {
+        let config =
+            serde_json::json!({"scopes": {path: {"limits": [{"dimension": "requests", "amount": 1, "window": "1m"}]}}});
+        match Config::from_value(config).and_then(|c| c.validate()) {
+            Err(Error::InvalidConfig { field, value, reason }) => {
+                assert_eq!((field, value.as_str()), (format!("scopes.{path}"), path));
+                assert!(reason.contains("control character"), "{reason}");
+            }
+            other => panic!("{path:?}: expected InvalidConfig, got {other:?}"),
+        }
+    }
+}

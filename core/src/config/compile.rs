@@ -116,6 +116,14 @@ fn template_segments(field: &str, path: &str) -> Result<Vec<Option<Box<str>>>> {
     if path.is_empty() || segments.iter().any(|s| s.is_empty()) {
         return Err(Error::config(field, path, "a scope path needs non-empty segments separated by `/`"));
     }
+    // Requests are refused such paths, so the scope could never be used.
+    if let Some(c) = path.chars().find(|c| c.is_control()) {
+        return Err(Error::config(
+            field,
+            path,
+            format!("holds the control character {c:?}; scope paths are printable text"),
+        ));
+    }
     if let Some(bad) = segments.iter().find(|s| s.contains('*') && **s != "*") {
         return Err(Error::config(field, path, format!("`*` must be a whole segment, not part of `{bad}`")));
     }
