@@ -208,3 +208,13 @@ fn control_characters_in_scope_paths_are_refused() {
         }
     }
 }
+
+#[test]
+fn a_discovered_limit_checks_count_cached_input_too() {
+    // As a configured limit does: only input and total tokens count cached input.
+    let toml = "[scopes.\"p\"]\nprovider = true\n\
+        limits = [{ dimension = \"output_tokens\", window = \"1m\", count_cached_input = false }]\n";
+    let (field, value, reason) = invalid(toml);
+    assert_eq!((field.as_str(), value.as_str()), ("scopes.p.limits[0].count_cached_input", "false"));
+    assert!(reason.contains("input_tokens"), "{reason}");
+}

@@ -329,11 +329,7 @@ fn discovered_limit(at: &dyn Fn(&str) -> String, limit: &LimitConfig, margin: f6
     Ok(Limit {
         dimension: limit.dimension,
         rule: Rule::TokenBucket(GcraParams::new(1, window_ns, 1)),
-        cost_kind: CostKind::of(
-            limit.dimension,
-            limit.count_cached_input.unwrap_or(true),
-            reserve_expected(at, limit)?,
-        ),
+        cost_kind: CostKind::of(limit.dimension, count_cached_input(at, limit)?, reserve_expected(at, limit)?),
         configured_amount: 0,
         amount: 0,
         // Unknown: any request may fit. The provider says if it never does.
