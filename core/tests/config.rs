@@ -210,6 +210,47 @@ fn control_characters_in_scope_paths_are_refused() {
 }
 
 #[test]
+fn json_keys_given_twice_are_refused() {
+    // TOML refuses a key given twice; JSON parsers keep the last silently,
+    // which dropped the first scope's limits without a word.
+    let limit = r#"{"limits": [{"dimension": "requests", "amount": 1, "window": "1m"}]}"#;
+    let cases = [
+        (format!(r#"{{"scopes": {{"a": {limit}, "a": {limit}}}}}"#), "scopes", "a"),
+        (
+            format!(
+                r#"{{"scopes": {{"a": {limit}}}, "pricing": {{"m": {{"input": 1, "output": 1}}, "m": {{"input": 2, "output": 2}}}}}}"#
+            ),
+            "pricing",
+            "m",
+        ),
+        (
+            format!(
+                r#"{{"scopes": {{"a": {limit}}}, "profiles": {{"p": {{"deployments": ["a"]}}, "p": {{"deployments": ["a"]}}}}}}"#
+            ),
+            "profiles",
+            "p",
+        ),
+        (
+            format!(
+                r#"{{"scopes": {{"a": {limit}}}, "profiles": {{"p": {{"deployments": ["a"], "fallback_allowed": {{"batch": true, "batch": false}}}}}}}}"#
+            ),
+            "profiles.p.fallback_allowed",
+            "batch",
+        ),
+    ];
+    for (json, field, key) in cases {
+        match Config::from_json(&json) {
+            Err(Error::InvalidConfig { field: f, value, reason }) => {
+                assert_eq!((f.as_str(), value.as_str()), (field, key), "{reason}");
+                assert!(reason.contains("more than once"), "{reason}");
+            }
+            other => panic!("{json}: expected InvalidConfig, got {other:?}"),
+        }
+    }
+    assert!(Config::from_json(&format!(r#"{{"scopes": {{"a": {limit}, "b": {limit}}}}}"#)).is_ok());
+}
+
+#[test]
 fn a_discovered_limit_checks_count_cached_input_too() {
     // As a configured limit does: only input and total tokens count cached input.
     let toml = "[scopes.\"p\"]\nprovider = true\n\

@@ -7,6 +7,7 @@ pub mod classes;
 mod compile;
 mod presets;
 pub mod profiles;
+mod unique;
 
 use std::collections::BTreeMap;
 
@@ -19,6 +20,7 @@ pub use adaptive::{AdaptiveConfig, BreakerConfig, RampConfig};
 pub(crate) use compile::compile;
 pub use presets::PRESETS;
 pub use profiles::{BudgetThresholds, ProfileConfig};
+use unique::unique_keys;
 
 /// A governor's configuration.
 ///
@@ -48,12 +50,12 @@ pub struct Config {
     pub permit_ttl: Option<String>,
     /// Scopes by path. A path with `*` segments is a template: each concrete
     /// path it matches becomes a scope of its own on first use.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_keys")]
     pub scopes: BTreeMap<String, ScopeConfig>,
     /// Prices per model, by name, in one currency of your choice (budgets
     /// are in the same); a scope names its model's with `pricing`
     /// (see [`PriceConfig`]).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "unique_keys")]
     pub pricing: BTreeMap<String, PriceConfig>,
     /// How a [`crate::Governor`] learns output lengths for limits with
     /// `reserve_output = "expected"` (default: p95, 20 samples first).
@@ -65,15 +67,15 @@ pub struct Config {
     pub adaptive: Option<AdaptiveConfig>,
     /// Model profiles by name: deployments to route among, and fallbacks
     /// (see [`ProfileConfig`]).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "unique_keys")]
     pub profiles: BTreeMap<String, ProfileConfig>,
     /// Traffic classes' queues by name (priority, queue bound, maximum
     /// wait, DRR quantum); see [`classes`]. Built-in classes need no entry.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "unique_keys")]
     pub classes: BTreeMap<String, classes::ClassConfig>,
     /// Fair-share weights, guarantees and ceilings by scope path or
     /// template; see [`classes`].
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "unique_keys")]
     pub shares: BTreeMap<String, classes::ShareConfig>,
 }
 

@@ -29,7 +29,7 @@ pub struct ProfileConfig {
     pub fallback: Option<String>,
     /// Per traffic class, whether its requests may go to the fallback
     /// (default true). A class that may not is refused with the reason.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "super::unique_keys")]
     pub fallback_allowed: BTreeMap<String, bool>,
     /// What to do as the `cost` budgets on a deployment's route run low.
     #[serde(default, skip_serializing_if = "Option::is_none")]
