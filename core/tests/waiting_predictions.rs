@@ -145,3 +145,35 @@ fn a_head_refused_at_its_deadline_does_not_hold_back_the_waiter_behind_it() {
     assert!(answered.contains(&(small, true)), "{out:?}");
     assert_eq!(scheduler.depth(), 0);
 }
+
+/// Tenant `acme` may spend 0.01 a day on gpt-4o (2.5 per 1M input tokens).
+fn budget_of_a_cent() -> serde_json::Value {
+    json!({
+        "pricing": {"gpt-4o": {"input": 2.5, "output": 10.0}},
+        "scopes": {
+            "openai/gpt-4o": {"provider": true, "pricing": "gpt-4o",
+                "limits": [{"dimension": "requests", "amount": 10000, "window": "1m"}]},
+            "tenants/*": {"limits": [{"dimension": "cost", "budget": 0.01, "window": "1d", "slots": 24}]},
+        },
+    })
+}
+
+#[test]
+fn a_spent_budget_refuses_at_once_instead_of_queueing_until_the_deadline() {
+    let (gov, _clock) = governor(budget_of_a_cent());
+    let route = gov.route(&["tenants/acme", "openai/gpt-4o"]).unwrap();
+    let request = Request::new(route).input_tokens(2_000).max_output_tokens(0);
+    // Two requests at 0.005 each spend the cent.
+    let _spent: Vec<Permit> = (0..2).map(|_| gov.try_acquire(&request).unwrap()).collect();
+    // Nothing of the budget comes back for about a day; the request may wait 10 min.
+    let mut next = gov.acquire(&request.deadline(Duration::from_secs(600)));
+    match poll(&mut next) {
+        Poll::Ready(Err(Error::DeadlineExceeded { waited, retry_after, .. })) => {
+            assert_eq!(waited, Duration::ZERO);
+            let after = retry_after.expect("a refusal at once says when");
+            assert!(after >= Duration::from_secs(23 * 3600), "retry_after {after:?}");
+        }
+        other => panic!("expected a refusal at once, got {other:?}"),
+    }
+    assert_eq!(gov.queue_metrics().depth, 0, "nobody waits for a failure");
+}

@@ -47,7 +47,7 @@ impl Cost {
             Dimension::InputTokens => self.input,
             Dimension::OutputTokens => output,
             Dimension::Tokens => self.input.saturating_add(output),
-            // Budgets are not predicted: a refusal's retry time says when.
+            // A budget's price is the ledger's to know; see `predicted_wait`.
             Dimension::Concurrency | Dimension::Cost => 0,
         }
     }

@@ -67,9 +67,10 @@ fn share_of(settings: &WaitingSettings, path: &str) -> Option<ShareSettings> {
 /// of its class what deficit round robin serves first) plus its own cost.
 /// Only flows whose head shares a scope with the route count. Each limit
 /// refills at its effective amount (what AIMD, slow start and discovery
-/// left); one still undiscovered, at a request a window. Concurrency
-/// limits are not predicted (they wait on releases). A cost above a limit's
-/// burst is [`Error::NeverFits`].
+/// left); one still undiscovered, at a request a window; a sliding window,
+/// as its charges age out. Concurrency limits are not predicted (they wait
+/// on releases); a budget, only until it is no longer all spent. A cost
+/// above a limit's burst is [`Error::NeverFits`].
 pub(crate) fn predicted_wait(
     ledger: &Ledger,
     classes: &[ClassQueue],
@@ -90,13 +91,18 @@ pub(crate) fn predicted_wait(
         }
         let snapshot = &scope.as_ref().expect("just set").1;
         let state = &snapshot.limits[limit.index];
-        let mine = cost.on(limit.dimension, limit.reserves_expected);
+        let (queued, mine) = match limit.dimension {
+            // A budget: the request's price is not known here, but one with
+            // tokens costs something, so it waits at least until the budget
+            // is no longer all spent.
+            Dimension::Cost => (0, u64::from(cost.input.saturating_add(cost.max_output) > 0)),
+            dimension => (ahead.on(dimension, limit.reserves_expected), cost.on(dimension, limit.reserves_expected)),
+        };
         if mine > state.burst {
             let dimension = limit.dimension;
             let (scope, burst) = (Arc::from(snapshot.path.as_str()), state.burst);
             return Err(Error::NeverFits { scope, dimension, cost: mine, burst });
         }
-        let queued = ahead.on(limit.dimension, limit.reserves_expected);
         if state.algorithm == "sliding_window" {
             // A window frees when its charges age out, not at a rate.
             wait = wait.max(sliding_window_wait(ledger, limit, queued.saturating_add(mine), now));
