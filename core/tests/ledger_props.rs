@@ -348,4 +348,64 @@ proptest! {
             }
         }
     }
+
+    /// A route whose limits all count requests takes the ledger's short
+    /// path (no token counts, only the count booked); it must admit, refuse,
+    /// reserve and expire exactly as the same scopes do on a route that
+    /// also charges tokens (the general path), whatever the tokens.
+    #[test]
+    fn requests_only_routes_match_the_general_path(
+        caps in (1..6u64, 1..6u64),
+        ops in proptest::collection::vec(op(), 1..80),
+    ) {
+        let config = json!({"permit_ttl": "16s", "scopes": {
+            "p": {"limits": [{"dimension": "requests", "amount": caps.0, "window": "1m"}]},
+            "p/c": {"limits": [{"dimension": "requests", "amount": caps.1, "window": "10s"}]},
+            "x": {"limits": [{"dimension": "tokens", "amount": 1u64 << 40, "window": "1m"}]},
+        }});
+        let config = llmgov::Config::from_value(config).unwrap();
+        let clock = Arc::new(ManualClock::new(0));
+        let (short, general) = (
+            Governor::with_clock(&config, clock.clone()).unwrap(),
+            Governor::with_clock(&config, clock.clone()).unwrap(),
+        );
+        let routes = (short.route(&["p/c"]).unwrap(), general.route(&["p/c", "x"]).unwrap());
+        let mut held: Vec<(Permit, Permit)> = Vec::new();
+        let snapshot = |gov: &Governor| {
+            let s = gov.snapshot();
+            let scopes: Vec<_> = s.scopes.into_iter().filter(|scope| scope.path != "x").collect();
+            (scopes, s.admitted, s.rate_limited, s.expired_permits)
+        };
+        for op in &ops {
+            match *op {
+                Op::Acquire { input, output } => {
+                    let request = |route| Request::new(route).input_tokens(input).max_output_tokens(output);
+                    match (short.try_acquire(&request(routes.0)), general.try_acquire(&request(routes.1))) {
+                        (Ok(a), Ok(b)) => held.push((a, b)),
+                        (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+                        (a, b) => prop_assert!(false, "short path {:?}, general path {:?}", a.map(drop), b.map(drop)),
+                    }
+                }
+                Op::Settle { which, input, output } if !held.is_empty() => {
+                    let n = held.len();
+                    let (a, b) = &mut held[which % n];
+                    let usage = Usage::new(input, output);
+                    prop_assert_eq!(short.settle(a, usage).is_ok(), general.settle(b, usage).is_ok());
+                }
+                Op::Cancel { which } if !held.is_empty() => {
+                    let n = held.len();
+                    let (a, b) = &mut held[which % n];
+                    prop_assert_eq!(short.cancel(a).is_ok(), general.cancel(b).is_ok());
+                }
+                Op::AddOutput { which, tokens } if !held.is_empty() => {
+                    let n = held.len();
+                    let (a, b) = &mut held[which % n];
+                    prop_assert_eq!(short.add_output(a, tokens).is_ok(), general.add_output(b, tokens).is_ok());
+                }
+                Op::Advance { ms } => clock.advance(Duration::from_millis(ms)),
+                _ => {}
+            }
+            prop_assert_eq!(snapshot(&short), snapshot(&general));
+        }
+    }
 }
