@@ -226,6 +226,9 @@ pub(crate) struct CostParts(pub [i64; CostParts::LEN]);
 impl CostParts {
     pub const LEN: usize = 7;
 
+    /// One permit, reserving nothing else.
+    pub const ONE: CostParts = CostParts([1, 0, 0, 0, 0, 0, 0]);
+
     #[inline]
     pub fn of(costs: &Costs) -> Self {
         let c = &costs.0;

@@ -46,6 +46,9 @@ pub struct GcraParams {
     burst: u64,
     /// `burst` expressed as time: how far the TAT may run ahead of now.
     tau_ns: u64,
+    /// The refill time of one unit (`units_to_ns(1)`): what a request
+    /// costs on a requests limit, worked out once.
+    one_ns: u64,
 }
 
 /// Why a reservation was refused: the absolute time at which it would pass.
@@ -61,9 +64,10 @@ impl GcraParams {
         // The most units whose rounded-up refill time, `(units × unit +
         // mask) >> 32`, is at most u64::MAX.
         let max_exact_units = (((u64::MAX as u128) << FRACTION_BITS) / unit_ns_fixed).min(u64::MAX as u128) as u64;
-        let mut params = GcraParams { unit_ns_fixed, max_exact_units, burst, tau_ns: 0 };
+        let mut params = GcraParams { unit_ns_fixed, max_exact_units, burst, tau_ns: 0, one_ns: 0 };
         // The same rounding as every charge, so a request of exactly `burst` fits.
         params.tau_ns = params.units_to_ns(burst);
+        params.one_ns = params.units_to_ns(1);
         params
     }
 
@@ -105,6 +109,12 @@ impl GcraParams {
             return Ok(());
         }
         self.try_reserve_ns(tat, self.units_to_ns(units), now)
+    }
+
+    /// Reserves one unit at `now` ([`Self::try_reserve`] of 1).
+    #[inline]
+    pub fn try_reserve_one<A: AtomicWord>(&self, tat: &A, now: u64) -> Result<(), RetryAt> {
+        self.try_reserve_ns(tat, self.one_ns, now)
     }
 
     /// Reserves a charge already expressed as refill time (at most `tau`).

@@ -21,10 +21,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use breaker::{Breaker, Gate};
-use limit::{Limit, PacedCharges, TtlSlots};
+use gcra::RetryAt;
+use limit::{Bucket, Limit, PacedCharges, Rule, TtlSlots};
 use pending::Pending;
 use permit::{Permit, PermitState, Request, Route};
-use registry::{Registry, Scope, ScopeId, ScopeIndex, ScopeList};
+use registry::{Registry, RouteEntry, Scope, ScopeId, ScopeIndex, ScopeList};
 
 use crate::config::{compile, Config};
 use crate::dimension::{CostParts, Costs, MAX_TOKENS};
@@ -203,9 +204,20 @@ impl Ledger {
     fn acquire<const COUNTED: bool>(&self, request: &Request, now: u64) -> Result<Permit> {
         self.check_route(request.route)?;
         request.validate()?;
+        let route = self.registry.route_entry(request.route.id);
+        match route.request_buckets {
+            true => self.acquire_requests::<COUNTED>(request, route, now),
+            false => self.acquire_tokens::<COUNTED>(request, route, now),
+        }
+    }
+
+    /// [`Self::acquire`] on a route that charges tokens or a price, or
+    /// adapts to a provider: each limit charges its kind of cost, provider
+    /// scopes at their pace and behind their breaker.
+    #[inline(always)]
+    fn acquire_tokens<const COUNTED: bool>(&self, request: &Request, route: &RouteEntry, now: u64) -> Result<Permit> {
         let estimate = request.estimate();
         let expected_output = request.expected_output();
-        let route = self.registry.route_entry(request.route.id);
         let costs = Costs::of(&estimate, expected_output, route.price.as_ref());
         let scopes = &route.scopes[..];
         let mut paced = PacedCharges::new();
@@ -249,19 +261,65 @@ impl Ledger {
         let probe =
             probes && self.claim_probes(scopes, &costs, now, &mut paced).map_err(|e| self.counted::<COUNTED>(e))?;
         let index = self.ttl.index(now);
-        self.pending.admitted(request.route.id, index, &CostParts::of(&costs));
-        Ok(Permit {
+        let (id, parts) = (request.route.id, &CostParts::of(&costs));
+        match route.counts_only {
+            true => self.pending.admitted::<1>(id, index, parts),
+            false => self.pending.admitted::<{ pending::ALL }>(id, index, parts),
+        }
+        Ok(self.permit(request, index, now, probe))
+    }
+
+    /// [`Self::acquire`] on a route whose limits are all token buckets of
+    /// requests, none adapting to a provider: each takes one unit's refill
+    /// time, no token counts are worked out (until a refusal needs them),
+    /// and only the count is booked.
+    #[inline(always)]
+    fn acquire_requests<const COUNTED: bool>(&self, request: &Request, route: &RouteEntry, now: u64) -> Result<Permit> {
+        for scope in &route.scopes {
+            for (limit, bucket) in scope.limits.iter().zip(&scope.buckets) {
+                let (Rule::TokenBucket(params), Bucket::Tat(tat)) = (&limit.rule, bucket) else {
+                    unreachable!("a request-buckets route has only token buckets")
+                };
+                if let Err(RetryAt(at)) = params.try_reserve_one(tat, now) {
+                    return Err(self.counted::<COUNTED>(self.refuse_requests(request, route, limit, at, now)));
+                }
+            }
+        }
+        let index = self.ttl.index(now);
+        self.pending.admitted::<1>(request.route.id, index, &CostParts::ONE);
+        Ok(self.permit(request, index, now, false))
+    }
+
+    /// Rolls back what [`Self::acquire_requests`] reserved before `refused`
+    /// refused (until `at`), and says why it refused.
+    #[cold]
+    fn refuse_requests(&self, request: &Request, route: &RouteEntry, refused: &Limit, at: u64, now: u64) -> Error {
+        let costs = Costs::of(&request.estimate(), request.expected_output(), route.price.as_ref());
+        let scopes = &route.scopes[..];
+        let (s, l) = scopes
+            .iter()
+            .enumerate()
+            .find_map(|(s, scope)| Some((s, scope.limits.iter().position(|l| std::ptr::eq(l, refused))?)))
+            .expect("the refusing limit is on the route");
+        self.rollback(scopes, s, l, &costs, now, &mut PacedCharges::new());
+        self.refusal(scopes, &costs, &scopes[s], refused, Some(at), now)
+    }
+
+    /// The permit for `request`, admitted at `now` in TTL slot `index`.
+    #[inline(always)]
+    fn permit(&self, request: &Request, index: u64, now: u64, probe: bool) -> Permit {
+        Permit {
             route: request.route,
             class: request.class,
-            charged: estimate,
-            charged_expected_output: expected_output,
+            charged: request.estimate(),
+            charged_expected_output: request.expected_output(),
             streamed_output: 0,
             acquired_at: now,
             ttl_slot: index,
             expires_at: self.ttl.expires_at(index),
             state: PermitState::Pending,
             probe,
-        })
+        }
     }
 
     /// Reserves every limit of a provider scope at its limits' paces, or
@@ -422,8 +480,11 @@ impl Ledger {
                 adjust(limit, bucket, limit.cost(&was), limit.cost(&is), permit.acquired_at, now, pace);
             }
         });
-        let raised_by = CostParts::of(&is).minus(&CostParts::of(&was));
-        self.pending.changed(permit.route.id, permit.ttl_slot, self.ttl.index(now), &raised_by);
+        // A route that counts only requests books no tokens.
+        if !self.registry.route_entry(permit.route.id).counts_only {
+            let raised_by = CostParts::of(&is).minus(&CostParts::of(&was));
+            self.pending.changed::<{ pending::ALL }>(permit.route.id, permit.ttl_slot, self.ttl.index(now), &raised_by);
+        }
         (permit.charged, permit.charged_expected_output) = (raised, raised_expected);
         Ok(())
     }
@@ -447,7 +508,8 @@ impl Ledger {
     /// `None`), frees its slots and marks it `state`.
     fn finish(&self, permit: &mut Permit, actual: Option<&Usage>, state: PermitState, now: u64) -> Result<()> {
         self.check_pending(permit, now)?;
-        let price = self.registry.route_entry(permit.route.id).price.as_ref();
+        let route = self.registry.route_entry(permit.route.id);
+        let price = route.price.as_ref();
         let charged = Costs::of(&permit.charged, permit.charged_expected_output, price);
         let actual = actual.map_or(Costs::NONE, |usage| Costs::actual(usage, price));
         self.for_each_limit(permit, |limit, bucket, pace| {
@@ -457,7 +519,11 @@ impl Ledger {
                 adjust(limit, bucket, limit.cost(&charged), limit.cost(&actual), permit.acquired_at, now, pace);
             }
         });
-        self.pending.finished(permit.route.id, permit.ttl_slot, self.ttl.index(now), &CostParts::of(&charged));
+        let (id, slot, at, parts) = (permit.route.id, permit.ttl_slot, self.ttl.index(now), &CostParts::of(&charged));
+        match route.counts_only {
+            true => self.pending.finished::<1>(id, slot, at, parts),
+            false => self.pending.finished::<{ pending::ALL }>(id, slot, at, parts),
+        }
         permit.state = state;
         Ok(())
     }

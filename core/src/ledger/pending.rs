@@ -30,8 +30,12 @@ use crate::dimension::CostParts;
 /// before growing.
 const FIRST_CAPACITY: usize = 32;
 
-/// Part of [`CostParts`] that counts permits.
+/// Part of [`CostParts`] that counts permits: the first, so that the books
+/// of a route whose limits count only requests keep just it (`PARTS = 1`).
 const COUNT: usize = 0;
+
+/// Every part of [`CostParts`]: what routes with token or cost limits book.
+pub(crate) const ALL: usize = CostParts::LEN;
 
 /// What the permits of one route admitted in one TTL slot reserve, as booked
 /// by one thread: one cache line.
@@ -46,6 +50,15 @@ struct Entry {
 impl Entry {
     fn parts(&self) -> CostParts {
         CostParts(std::array::from_fn(|i| self.parts[i].load(Relaxed)))
+    }
+
+    /// Adds the first `PARTS` of `parts` (takes them off if `TAKE_OFF`).
+    #[inline(always)]
+    fn add<const TAKE_OFF: bool, const PARTS: usize>(&self, parts: &CostParts) {
+        for (sum, part) in self.parts[..PARTS].iter().zip(parts.0) {
+            let part = if TAKE_OFF { part.wrapping_neg() } else { part };
+            sum.store(sum.load(Relaxed).wrapping_add(part), Relaxed);
+        }
     }
 
     /// Empties the entry, returning its key and parts.
@@ -73,38 +86,30 @@ impl Table<Box<[Entry]>> {
 }
 
 impl<Entries: AsRef<[Entry]>> Table<Entries> {
-    /// Books `parts` on `key` (taking them off if `TAKE_OFF`). False, booking
-    /// nothing, if the key is not here and the table is as full as it may
-    /// be: it is then in a later table, or belongs there.
+    /// The entry of `key`, claimed (empty) if it has none yet; `None` if
+    /// it has none and the table is as full as it may be: it is then in a
+    /// later table, or belongs there.
     #[inline(always)]
-    fn add<const TAKE_OFF: bool>(&self, key: u64, parts: &CostParts) -> bool {
+    fn entry(&self, key: u64) -> Option<&Entry> {
         let entries = self.entries.as_ref();
         let mask = entries.len() - 1;
         let mut i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - entries.len().trailing_zeros())) as usize;
         let entry = loop {
             let entry = &entries[i];
             match entry.key.load(Relaxed) {
-                found if found == key => {
-                    for (sum, part) in entry.parts.iter().zip(parts.0) {
-                        let part = if TAKE_OFF { part.wrapping_neg() } else { part };
-                        sum.store(sum.load(Relaxed).wrapping_add(part), Relaxed);
-                    }
-                    return true;
-                }
+                found if found == key => return Some(entry),
                 0 => break entry,
                 _ => i = (i + 1) & mask,
             }
         };
         let occupied = self.occupied.load(Relaxed);
         if (occupied + 1) * 4 > entries.len() * 3 {
-            return false;
+            return None;
         }
-        for (sum, part) in entry.parts.iter().zip(parts.0) {
-            sum.store(if TAKE_OFF { part.wrapping_neg() } else { part }, Relaxed);
-        }
+        entry.parts.iter().for_each(|sum| sum.store(0, Relaxed));
         entry.key.store(key, Release);
         self.occupied.store(occupied + 1, Relaxed);
-        true
+        Some(entry)
     }
 
     /// Empties the table, returning its entries still live at slot `now`
@@ -172,37 +177,34 @@ impl Default for ThreadBooks {
 }
 
 impl ThreadBooks {
-    /// Books `parts` (or takes them off) for permits of `route` admitted in
-    /// `slot`, as of slot `now`. Returns false, booking nothing, if they are
-    /// past their TTL.
+    /// The entry of the permits of `route` admitted in `slot`, as of slot
+    /// `now`, made if need be; `None` if they are past their TTL.
     // Always inlined: a call, with its saved registers, cost a third of
     // what booking does (callgrind).
     #[inline(always)]
-    fn book<const TAKE_OFF: bool>(&self, route: RouteId, slot: u64, now: u64, parts: &CostParts) -> bool {
+    fn entry(&self, route: RouteId, slot: u64, now: u64) -> Option<&Entry> {
         let swept_at = self.swept_at.load(Relaxed);
         if now > swept_at {
             self.sweep(now);
         } else if aged_out(slot as u32, swept_at) {
-            return false;
+            return None;
         }
         let key = key(route, slot);
-        if !self.first.add::<TAKE_OFF>(key, parts) {
-            self.book_beyond_first::<TAKE_OFF>(key, parts);
-        }
-        true
+        Some(match self.first.entry(key) {
+            Some(entry) => entry,
+            None => self.entry_beyond_first(key),
+        })
     }
 
-    /// [`Self::book`] once the first table is full.
+    /// [`Self::entry`] once the first table is full.
     #[cold]
-    fn book_beyond_first<const TAKE_OFF: bool>(&self, key: u64, parts: &CostParts) {
-        if self.more.iter().any(|(_, table)| table.add::<TAKE_OFF>(key, parts)) {
-            return;
+    fn entry_beyond_first(&self, key: u64) -> &Entry {
+        if let Some(entry) = self.more.iter().find_map(|(_, table)| table.entry(key)) {
+            return entry;
         }
         let last = self.more.iter().last().map_or(FIRST_CAPACITY, |(_, table)| table.entries.len());
-        let table = Table::new(last * 2);
-        let added = table.add::<TAKE_OFF>(key, parts);
-        debug_assert!(added, "a new table has room");
-        self.more.push(table);
+        let index = self.more.push(Table::new(last * 2));
+        self.more[index].entry(key).expect("a new table has room")
     }
 
     /// Drops the entries aged out at slot `now`, counting their permits as
@@ -215,9 +217,8 @@ impl ThreadBooks {
         self.more.iter().for_each(|(_, table)| table.take_live(now, &mut live, &mut expired));
         self.expired.store(self.expired.load(Relaxed) + expired, Relaxed);
         for (key, parts) in live {
-            if !self.first.add::<false>(key, &parts) {
-                self.book_beyond_first::<false>(key, &parts);
-            }
+            let entry = self.first.entry(key).unwrap_or_else(|| self.entry_beyond_first(key));
+            entry.add::<false, ALL>(&parts);
         }
     }
 
@@ -234,32 +235,57 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// Books a permit of `route` admitted in TTL slot `slot`, reserving `parts`.
-    #[inline]
-    pub fn admitted(&self, route: RouteId, slot: u64, parts: &CostParts) {
-        let books = self.threads.get_or_default();
+    /// This thread's books.
+    #[inline(always)]
+    fn books(&self) -> &ThreadBooks {
+        match self.threads.get() {
+            Some(books) => books,
+            None => self.first_books(),
+        }
+    }
+
+    /// This thread's books, made on its first booking: out of line, since
+    /// inlined, building their 2 KiB table set up a stack frame that large
+    /// on every acquire (callgrind).
+    #[cold]
+    #[inline(never)]
+    fn first_books(&self) -> &ThreadBooks {
+        self.threads.get_or_default()
+    }
+
+    /// Books a permit of `route` admitted in TTL slot `slot`, reserving
+    /// the first `PARTS` of `parts` (see [`ALL`]; a route books as many
+    /// parts at each call).
+    #[inline(always)]
+    pub fn admitted<const PARTS: usize>(&self, route: RouteId, slot: u64, parts: &CostParts) {
+        let books = self.books();
         books.admitted.store(books.admitted.load(Relaxed) + 1, Relaxed);
-        if !books.book::<false>(route, slot, slot, parts) {
+        match books.entry(route, slot, slot) {
+            Some(entry) => entry.add::<false, PARTS>(parts),
             // Admitted in a slot this thread has already swept (its clock
             // ran more than a TTL ahead): it is as good as expired.
-            books.expired.store(books.expired.load(Relaxed) + 1, Relaxed);
+            None => books.expired.store(books.expired.load(Relaxed) + 1, Relaxed),
         }
     }
 
     /// Books a change of what a pending permit reserves: `parts` more.
     #[inline]
-    pub fn changed(&self, route: RouteId, slot: u64, now: u64, parts: &CostParts) {
+    pub fn changed<const PARTS: usize>(&self, route: RouteId, slot: u64, now: u64, parts: &CostParts) {
         // Past its TTL, the permit no longer counts as reserved anyway.
-        self.threads.get_or_default().book::<false>(route, slot, now, parts);
+        if let Some(entry) = self.books().entry(route, slot, now) {
+            entry.add::<false, PARTS>(parts);
+        }
     }
 
     /// Books the settlement of a permit admitted in TTL slot `slot` that
     /// reserved `parts`, at slot `now`.
     #[inline]
-    pub fn finished(&self, route: RouteId, slot: u64, now: u64, parts: &CostParts) {
+    pub fn finished<const PARTS: usize>(&self, route: RouteId, slot: u64, now: u64, parts: &CostParts) {
         // Where this thread has already swept the slot, dropping the
         // settlement leaves the permit counted as expired: the safe side.
-        self.threads.get_or_default().book::<true>(route, slot, now, parts);
+        if let Some(entry) = self.books().entry(route, slot, now) {
+            entry.add::<true, PARTS>(parts);
+        }
     }
 
     /// Permits admitted so far.
@@ -304,15 +330,15 @@ mod tests {
     #[test]
     fn settled_permits_never_expire_and_unsettled_ones_do() {
         let pending = Pending::default();
-        pending.admitted(A, 3, &parts(1, 10));
-        pending.admitted(A, 3, &parts(1, 20));
-        pending.finished(A, 3, 3, &parts(1, 10));
+        pending.admitted::<ALL>(A, 3, &parts(1, 10));
+        pending.admitted::<ALL>(A, 3, &parts(1, 20));
+        pending.finished::<ALL>(A, 3, 3, &parts(1, 10));
         assert_eq!(pending.expired_count(3 + TTL_SLOTS), 0, "still live");
         assert_eq!(pending.reserved(3 + TTL_SLOTS)[&A], parts(1, 20));
         assert_eq!(pending.expired_count(4 + TTL_SLOTS), 1);
         assert!(pending.reserved(4 + TTL_SLOTS).is_empty());
         // Sweeping folds the aged-out count in rather than losing it.
-        pending.admitted(A, 40, &parts(1, 5));
+        pending.admitted::<ALL>(A, 40, &parts(1, 5));
         assert_eq!(pending.expired_count(40), 1);
         assert_eq!(pending.expired_count(40 + TTL_SLOTS + 1), 2);
         assert_eq!(pending.admitted_count(), 3);
@@ -321,9 +347,9 @@ mod tests {
     #[test]
     fn a_permit_settled_on_another_thread_balances() {
         let pending = Pending::default();
-        pending.admitted(B, 0, &parts(1, 9));
+        pending.admitted::<ALL>(B, 0, &parts(1, 9));
         std::thread::scope(|s| {
-            s.spawn(|| pending.finished(B, 0, 1, &parts(1, 9)));
+            s.spawn(|| pending.finished::<ALL>(B, 0, 1, &parts(1, 9)));
         });
         assert_eq!(pending.reserved(1).get(&B).copied().unwrap_or_default(), CostParts::default());
         assert_eq!(pending.expired_count(100), 0);
@@ -334,16 +360,16 @@ mod tests {
         let pending = Pending::default();
         let routes = 10 * FIRST_CAPACITY as u32;
         for r in 0..routes {
-            pending.admitted(RouteId(r), 5, &parts(1, r as i64));
-            pending.changed(RouteId(r), 5, 5, &parts(0, 1));
+            pending.admitted::<ALL>(RouteId(r), 5, &parts(1, r as i64));
+            pending.changed::<ALL>(RouteId(r), 5, 5, &parts(0, 1));
         }
         let reserved = pending.reserved(5);
         assert_eq!(reserved.len(), routes as usize);
         assert!((0..routes).all(|r| reserved[&RouteId(r)] == parts(1, r as i64 + 1)));
         // A sweep books the live entries again; each is still found.
-        pending.admitted(RouteId(routes), 6, &parts(1, 1));
+        pending.admitted::<ALL>(RouteId(routes), 6, &parts(1, 1));
         for r in 0..routes {
-            pending.finished(RouteId(r), 5, 6, &parts(1, r as i64 + 1));
+            pending.finished::<ALL>(RouteId(r), 5, 6, &parts(1, r as i64 + 1));
         }
         let reserved = pending.reserved(6);
         assert_eq!(reserved.values().filter(|p| **p != CostParts::default()).count(), 1);
@@ -354,9 +380,9 @@ mod tests {
     #[test]
     fn a_settlement_after_this_thread_swept_the_slot_leaves_the_permit_expired() {
         let pending = Pending::default();
-        pending.admitted(A, 0, &parts(1, 1));
-        pending.admitted(A, 30, &parts(1, 1));
-        pending.finished(A, 0, 30, &parts(1, 1));
+        pending.admitted::<ALL>(A, 0, &parts(1, 1));
+        pending.admitted::<ALL>(A, 30, &parts(1, 1));
+        pending.finished::<ALL>(A, 0, 30, &parts(1, 1));
         assert_eq!(pending.expired_count(30), 1);
         assert_eq!(pending.reserved(30)[&A], parts(1, 1));
     }

@@ -144,6 +144,7 @@ impl Request {
 
     /// What limits that reserve the expected output reserve: never more
     /// than `max_output_tokens`, where the request states one.
+    #[inline]
     pub(crate) fn expected_output(&self) -> u64 {
         match (self.expected_output_tokens, self.max_output_tokens) {
             (None, max) => max,
@@ -168,6 +169,7 @@ impl Request {
         (self.max_output_tokens > 0).then_some(self.max_output_tokens)
     }
 
+    #[inline]
     pub(crate) fn estimate(&self) -> Usage {
         Usage {
             input_tokens: self.input_tokens,
