@@ -253,11 +253,9 @@ impl Ledger {
                 adjust(limit, bucket, limit.cost(&was), limit.cost(&is), permit.acquired_at, now, pace);
             }
         });
-        // A route that counts only requests books no tokens.
-        if !self.registry.route_entry(permit.route.id).counts_only {
-            let raised_by = CostParts::of(&is).minus(&CostParts::of(&was));
-            self.pending.changed::<{ pending::ALL }>(permit.route.id, permit.ttl_slot, self.ttl.index(now), &raised_by);
-        }
+        let raised_by = CostParts::of(&is).minus(&CostParts::of(&was));
+        let (booked, slot) = (self.registry.route_entry(permit.route.id).booked, permit.ttl_slot);
+        self.pending.changed(permit.route.id, slot, self.ttl.index(now), &raised_by, booked);
         (permit.charged, permit.charged_expected_output) = (raised, raised_expected);
         Ok(())
     }
@@ -293,10 +291,7 @@ impl Ledger {
             }
         });
         let (id, slot, at, parts) = (permit.route.id, permit.ttl_slot, self.ttl.index(now), &CostParts::of(&charged));
-        match route.counts_only {
-            true => self.pending.finished::<1>(id, slot, at, parts),
-            false => self.pending.finished::<{ pending::ALL }>(id, slot, at, parts),
-        }
+        self.pending.finished(id, slot, at, parts, route.booked);
         permit.state = state;
         Ok(())
     }

@@ -30,12 +30,19 @@ use crate::dimension::CostParts;
 /// before growing.
 const FIRST_CAPACITY: usize = 32;
 
-/// Part of [`CostParts`] that counts permits: the first, so that the books
-/// of a route whose limits count only requests keep just it (`PARTS = 1`).
+/// Part of [`CostParts`] that counts permits: the first, so that
+/// [`Booked::Count`] books the parts up to it.
 const COUNT: usize = 0;
 
-/// Every part of [`CostParts`]: what routes with token or cost limits book.
-pub(crate) const ALL: usize = CostParts::LEN;
+/// Which parts of [`CostParts`] a route's permits book; a route books the
+/// same at every call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Booked {
+    /// The count alone: every limit on the route counts requests.
+    Count,
+    /// Every part: the route has token or cost limits.
+    All,
+}
 
 /// What the permits of one route admitted in one TTL slot reserve, as booked
 /// by one thread: one cache line.
@@ -52,9 +59,18 @@ impl Entry {
         CostParts(std::array::from_fn(|i| self.parts[i].load(Relaxed)))
     }
 
-    /// Adds the first `PARTS` of `parts` (takes them off if `TAKE_OFF`).
+    /// Adds the `booked` parts of `parts` (takes them off if `TAKE_OFF`).
     #[inline(always)]
-    fn add<const TAKE_OFF: bool, const PARTS: usize>(&self, parts: &CostParts) {
+    fn add<const TAKE_OFF: bool>(&self, parts: &CostParts, booked: Booked) {
+        match booked {
+            Booked::Count => self.add_first::<TAKE_OFF, { COUNT + 1 }>(parts),
+            Booked::All => self.add_first::<TAKE_OFF, { CostParts::LEN }>(parts),
+        }
+    }
+
+    /// [`Self::add`] of the first `PARTS` parts, unrolled.
+    #[inline(always)]
+    fn add_first<const TAKE_OFF: bool, const PARTS: usize>(&self, parts: &CostParts) {
         for (sum, part) in self.parts[..PARTS].iter().zip(parts.0) {
             let part = if TAKE_OFF { part.wrapping_neg() } else { part };
             sum.store(sum.load(Relaxed).wrapping_add(part), Relaxed);
@@ -218,7 +234,7 @@ impl ThreadBooks {
         self.expired.store(self.expired.load(Relaxed) + expired, Relaxed);
         for (key, parts) in live {
             let entry = self.first.entry(key).unwrap_or_else(|| self.entry_beyond_first(key));
-            entry.add::<false, ALL>(&parts);
+            entry.add::<false>(&parts, Booked::All);
         }
     }
 
@@ -254,14 +270,24 @@ impl Pending {
     }
 
     /// Books a permit of `route` admitted in TTL slot `slot`, reserving
-    /// the first `PARTS` of `parts` (see [`ALL`]; a route books as many
-    /// parts at each call).
+    /// the `booked` parts of `parts`.
     #[inline(always)]
-    pub fn admitted<const PARTS: usize>(&self, route: RouteId, slot: u64, parts: &CostParts) {
+    pub fn admitted(&self, route: RouteId, slot: u64, parts: &CostParts, booked: Booked) {
+        // Chosen before the lookup, each case inlined whole: chosen after
+        // it, an acquire + settle on 6 scopes × 4 limits took 30 more
+        // instructions (callgrind).
+        match booked {
+            Booked::Count => self.admit(route, slot, parts, Booked::Count),
+            Booked::All => self.admit(route, slot, parts, Booked::All),
+        }
+    }
+
+    #[inline(always)]
+    fn admit(&self, route: RouteId, slot: u64, parts: &CostParts, booked: Booked) {
         let books = self.books();
         books.admitted.store(books.admitted.load(Relaxed) + 1, Relaxed);
         match books.entry(route, slot, slot) {
-            Some(entry) => entry.add::<false, PARTS>(parts),
+            Some(entry) => entry.add::<false>(parts, booked),
             // Admitted in a slot this thread has already swept (its clock
             // ran more than a TTL ahead): it is as good as expired.
             None => books.expired.store(books.expired.load(Relaxed) + 1, Relaxed),
@@ -270,21 +296,21 @@ impl Pending {
 
     /// Books a change of what a pending permit reserves: `parts` more.
     #[inline]
-    pub fn changed<const PARTS: usize>(&self, route: RouteId, slot: u64, now: u64, parts: &CostParts) {
+    pub fn changed(&self, route: RouteId, slot: u64, now: u64, parts: &CostParts, booked: Booked) {
         // Past its TTL, the permit no longer counts as reserved anyway.
         if let Some(entry) = self.books().entry(route, slot, now) {
-            entry.add::<false, PARTS>(parts);
+            entry.add::<false>(parts, booked);
         }
     }
 
     /// Books the settlement of a permit admitted in TTL slot `slot` that
-    /// reserved `parts`, at slot `now`.
+    /// reserved `parts` (the `booked` ones), at slot `now`.
     #[inline]
-    pub fn finished<const PARTS: usize>(&self, route: RouteId, slot: u64, now: u64, parts: &CostParts) {
+    pub fn finished(&self, route: RouteId, slot: u64, now: u64, parts: &CostParts, booked: Booked) {
         // Where this thread has already swept the slot, dropping the
         // settlement leaves the permit counted as expired: the safe side.
         if let Some(entry) = self.books().entry(route, slot, now) {
-            entry.add::<true, PARTS>(parts);
+            entry.add::<true>(parts, booked);
         }
     }
 
@@ -330,15 +356,15 @@ mod tests {
     #[test]
     fn settled_permits_never_expire_and_unsettled_ones_do() {
         let pending = Pending::default();
-        pending.admitted::<ALL>(A, 3, &parts(1, 10));
-        pending.admitted::<ALL>(A, 3, &parts(1, 20));
-        pending.finished::<ALL>(A, 3, 3, &parts(1, 10));
+        pending.admitted(A, 3, &parts(1, 10), Booked::All);
+        pending.admitted(A, 3, &parts(1, 20), Booked::All);
+        pending.finished(A, 3, 3, &parts(1, 10), Booked::All);
         assert_eq!(pending.expired_count(3 + TTL_SLOTS), 0, "still live");
         assert_eq!(pending.reserved(3 + TTL_SLOTS)[&A], parts(1, 20));
         assert_eq!(pending.expired_count(4 + TTL_SLOTS), 1);
         assert!(pending.reserved(4 + TTL_SLOTS).is_empty());
         // Sweeping folds the aged-out count in rather than losing it.
-        pending.admitted::<ALL>(A, 40, &parts(1, 5));
+        pending.admitted(A, 40, &parts(1, 5), Booked::All);
         assert_eq!(pending.expired_count(40), 1);
         assert_eq!(pending.expired_count(40 + TTL_SLOTS + 1), 2);
         assert_eq!(pending.admitted_count(), 3);
@@ -347,9 +373,9 @@ mod tests {
     #[test]
     fn a_permit_settled_on_another_thread_balances() {
         let pending = Pending::default();
-        pending.admitted::<ALL>(B, 0, &parts(1, 9));
+        pending.admitted(B, 0, &parts(1, 9), Booked::All);
         std::thread::scope(|s| {
-            s.spawn(|| pending.finished::<ALL>(B, 0, 1, &parts(1, 9)));
+            s.spawn(|| pending.finished(B, 0, 1, &parts(1, 9), Booked::All));
         });
         assert_eq!(pending.reserved(1).get(&B).copied().unwrap_or_default(), CostParts::default());
         assert_eq!(pending.expired_count(100), 0);
@@ -360,16 +386,16 @@ mod tests {
         let pending = Pending::default();
         let routes = 10 * FIRST_CAPACITY as u32;
         for r in 0..routes {
-            pending.admitted::<ALL>(RouteId(r), 5, &parts(1, r as i64));
-            pending.changed::<ALL>(RouteId(r), 5, 5, &parts(0, 1));
+            pending.admitted(RouteId(r), 5, &parts(1, r as i64), Booked::All);
+            pending.changed(RouteId(r), 5, 5, &parts(0, 1), Booked::All);
         }
         let reserved = pending.reserved(5);
         assert_eq!(reserved.len(), routes as usize);
         assert!((0..routes).all(|r| reserved[&RouteId(r)] == parts(1, r as i64 + 1)));
         // A sweep books the live entries again; each is still found.
-        pending.admitted::<ALL>(RouteId(routes), 6, &parts(1, 1));
+        pending.admitted(RouteId(routes), 6, &parts(1, 1), Booked::All);
         for r in 0..routes {
-            pending.finished::<ALL>(RouteId(r), 5, 6, &parts(1, r as i64 + 1));
+            pending.finished(RouteId(r), 5, 6, &parts(1, r as i64 + 1), Booked::All);
         }
         let reserved = pending.reserved(6);
         assert_eq!(reserved.values().filter(|p| **p != CostParts::default()).count(), 1);
@@ -380,9 +406,9 @@ mod tests {
     #[test]
     fn a_settlement_after_this_thread_swept_the_slot_leaves_the_permit_expired() {
         let pending = Pending::default();
-        pending.admitted::<ALL>(A, 0, &parts(1, 1));
-        pending.admitted::<ALL>(A, 30, &parts(1, 1));
-        pending.finished::<ALL>(A, 0, 30, &parts(1, 1));
+        pending.admitted(A, 0, &parts(1, 1), Booked::All);
+        pending.admitted(A, 30, &parts(1, 1), Booked::All);
+        pending.finished(A, 0, 30, &parts(1, 1), Booked::All);
         assert_eq!(pending.expired_count(30), 1);
         assert_eq!(pending.reserved(30)[&A], parts(1, 1));
     }

@@ -8,6 +8,7 @@ use smallvec::SmallVec;
 use super::breaker::Breaker;
 use super::limit::{Bucket, Limit, Rule};
 use super::pace::{start_rate, Pace, FULL_RATE, UNSTARTED};
+use super::pending::Booked;
 use crate::config::adaptive::Adaptive;
 use crate::dimension::CostKind;
 use crate::pricing::Price;
@@ -108,10 +109,10 @@ pub(crate) struct RouteEntry {
     /// route to it, so per-tenant routes cost no memory of their own there.
     /// `None` when the route is its own provider part (or has none).
     provider_part: Option<RouteId>,
-    /// Every limit on the route charges one per request (requests and
-    /// concurrency limits) and no scope adapts to a provider: its permits
-    /// book only their count.
-    pub counts_only: bool,
+    /// What its permits book: only their count where every limit on the
+    /// route charges one per request (requests and concurrency limits) and
+    /// no scope adapts to a provider.
+    pub booked: Booked,
     /// Moreover every limit is a token bucket: an acquire charges each one
     /// unit's refill time and works out no token counts.
     pub request_buckets: bool,
@@ -196,9 +197,10 @@ impl Registry {
         let held: SmallVec<[Arc<Scope>; 2]> = scopes.iter().map(|&s| self.scopes[s.0 as usize].clone()).collect();
         let counts_only =
             held.iter().all(|s| s.adaptation.is_none() && s.limits.iter().all(|l| l.cost_kind == CostKind::One));
+        let booked = if counts_only { Booked::Count } else { Booked::All };
         let request_buckets =
             counts_only && held.iter().all(|s| s.limits.iter().all(|l| matches!(l.rule, Rule::TokenBucket(_))));
-        let entry = RouteEntry { scopes: held, price, provider_part, counts_only, request_buckets };
+        let entry = RouteEntry { scopes: held, price, provider_part, booked, request_buckets };
         let index = self.routes.push(entry);
         let id = RouteId(u32::try_from(index).expect("more than 4 billion routes"));
         // As with scopes, a racing twin stays unused.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::breaker::{Breaker, Gate};
 use super::gcra::RetryAt;
 use super::limit::{Bucket, Limit, PacedCharges, Rule};
-use super::pending;
+use super::pending::Booked;
 use super::permit::{Permit, PermitState, Request};
 use super::registry::{self, RouteEntry, Scope};
 use super::Ledger;
@@ -77,10 +77,7 @@ impl Ledger {
             probes && self.claim_probes(scopes, &costs, now, &mut paced).map_err(|e| self.counted::<COUNTED>(e))?;
         let index = self.ttl.index(now);
         let (id, parts) = (request.route.id, &CostParts::of(&costs));
-        match route.counts_only {
-            true => self.pending.admitted::<1>(id, index, parts),
-            false => self.pending.admitted::<{ pending::ALL }>(id, index, parts),
-        }
+        self.pending.admitted(id, index, parts, route.booked);
         Ok(self.permit(request, index, now, probe))
     }
 
@@ -101,7 +98,7 @@ impl Ledger {
             }
         }
         let index = self.ttl.index(now);
-        self.pending.admitted::<1>(request.route.id, index, &CostParts::ONE);
+        self.pending.admitted(request.route.id, index, &CostParts::ONE, Booked::Count);
         Ok(self.permit(request, index, now, false))
     }
 
