@@ -3,8 +3,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crate::governor::Inner;
+use crate::settings::Mode;
 
 /// Refreshes held slots and returns lapsing leases every third of the
 /// shorter TTL until dropped, so a slot outlives its TTL only while its
@@ -48,6 +50,41 @@ impl Drop for Heartbeat {
         if let Some(thread) = self.thread.take() {
             thread.thread().unpark();
             let _ = thread.join();
+        }
+    }
+}
+
+impl Inner {
+    /// The keeper thread, if a scope holds slots or leases.
+    pub(crate) fn start_keeper(self: &Arc<Self>) -> Option<Heartbeat> {
+        let needed = self.scopes.iter().any(|s| s.has_slots() || s.mode == Mode::Leased);
+        needed.then(|| Heartbeat::start(self.clone()))
+    }
+
+    /// How often the background keeper runs: a third of the shorter TTL.
+    pub(crate) fn keeper_period(&self) -> Duration {
+        self.settings.slot_ttl.min(self.settings.lease_ttl) / 3
+    }
+
+    /// Refreshes held slots (forgetting those whose permit expired
+    /// unsettled) and returns leases about to lapse.
+    pub(crate) fn heartbeat(&self) {
+        let now = self.clock.now();
+        self.return_leases(now.saturating_add(self.keeper_period().as_nanos() as u64));
+        let ttl_us = self.settings.slot_ttl.as_micros() as u64;
+        for (i, scope) in self.scopes.iter().enumerate() {
+            let slots: Vec<String> = {
+                let mut held = self.held[i].lock();
+                held.retain(|_, &mut expires| expires > now);
+                held.keys().cloned().collect()
+            };
+            if slots.is_empty() {
+                continue;
+            }
+            if let Err(e) = self.store.heartbeat(scope, &slots, ttl_us) {
+                self.health.on_error(&e, now, self.settings.retry_interval);
+                self.store.drop_idle();
+            }
         }
     }
 }
