@@ -106,21 +106,7 @@ pub struct Settings {
 impl Settings {
     /// Validates the section; `url_fallback` stands in for a missing `url`.
     pub fn compile(raw: RedisConfig, url_fallback: Option<String>) -> Result<Self> {
-        let url = raw
-            .url
-            .or(url_fallback)
-            .ok_or_else(|| Error::config("redis.url", "", "missing: set it in the config or in LLMGOV_REDIS_URL"))?;
-        if !(url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("unix://")) {
-            return Err(Error::config("redis.url", redact(&url), "must start with redis://, rediss:// or unix://"));
-        }
-        let tls = url.starts_with("rediss://") || raw.tls_ca_file.is_some();
-        if tls && !cfg!(feature = "tls") {
-            return Err(Error::config(
-                "redis.url",
-                redact(&url),
-                "TLS needs llmgov-redis built with the `tls` feature",
-            ));
-        }
+        let url = checked_url(raw.url.or(url_fallback), raw.tls_ca_file.as_deref())?;
         let prefix_ok = !raw.prefix.is_empty()
             && raw.prefix.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
         if !prefix_ok {
@@ -140,11 +126,6 @@ impl Settings {
                     path,
                     "a shared scope is a configured path without `*`, `{` or `}`",
                 ));
-            }
-        }
-        if let Some(path) = &raw.tls_ca_file {
-            if !url.starts_with("rediss://") {
-                return Err(Error::config("redis.tls_ca_file", path, "a CA file needs a rediss:// url (TLS)"));
             }
         }
         // The keeper refreshes slots and returns leases every third of a TTL:
@@ -173,6 +154,26 @@ impl Settings {
     pub fn safe_share(&self) -> f64 {
         1.0 / f64::from(self.expected_processes)
     }
+}
+
+/// The server's url (`url`, else `LLMGOV_REDIS_URL`), checked against the
+/// TLS settings and what this build supports.
+fn checked_url(url: Option<String>, tls_ca_file: Option<&str>) -> Result<String> {
+    let url =
+        url.ok_or_else(|| Error::config("redis.url", "", "missing: set it in the config or in LLMGOV_REDIS_URL"))?;
+    if !(url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("unix://")) {
+        return Err(Error::config("redis.url", redact(&url), "must start with redis://, rediss:// or unix://"));
+    }
+    let tls = url.starts_with("rediss://") || tls_ca_file.is_some();
+    if tls && !cfg!(feature = "tls") {
+        return Err(Error::config("redis.url", redact(&url), "TLS needs llmgov-redis built with the `tls` feature"));
+    }
+    if let Some(path) = tls_ca_file {
+        if !url.starts_with("rediss://") {
+            return Err(Error::config("redis.tls_ca_file", path, "a CA file needs a rediss:// url (TLS)"));
+        }
+    }
+    Ok(url)
 }
 
 /// The shortest slot or lease TTL.

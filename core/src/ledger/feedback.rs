@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::limit::{Limit, ProviderWord};
 use super::permit::{Permit, Route};
+use super::registry::{Adaptation, Scope};
 use super::Ledger;
 use crate::feedback::{Classification, LimitDimension, LimitKind};
 use crate::{Dimension, Result};
@@ -124,6 +125,33 @@ impl Ledger {
         scopes.filter(|s| s.provider).map(|s| s.path.to_string()).collect()
     }
 
+    /// Tells `scope`'s breaker how the request went, recording any change
+    /// in `changes`; whether the breaker closed again.
+    fn judge_breaker(
+        &self,
+        scope: &Scope,
+        adaptation: &Adaptation,
+        feedback: &Classification,
+        sent_at: Option<u64>,
+        now: u64,
+        changes: &mut Vec<BreakerChange>,
+    ) -> bool {
+        let reopened = match verdict(feedback) {
+            Some(true) => adaptation.breaker.succeeded(sent_at),
+            Some(false) => {
+                if adaptation.breaker.failed(&self.registry.adaptive, sent_at, now) {
+                    changes.push(BreakerChange { scope: scope.path.clone(), open: true });
+                }
+                false
+            }
+            None => false,
+        };
+        if reopened {
+            changes.push(BreakerChange { scope: scope.path.clone(), open: false });
+        }
+        reopened
+    }
+
     fn feed_back(
         &self,
         route: Route,
@@ -145,19 +173,7 @@ impl Ledger {
         let mut changed = 0;
         for scope in self.registry.route(route.id) {
             let Some(adaptation) = scope.adaptation.as_deref() else { continue };
-            let reopened = match verdict(feedback) {
-                Some(true) => adaptation.breaker.succeeded(sent_at),
-                Some(false) => {
-                    if adaptation.breaker.failed(adaptive, sent_at, now) {
-                        changes.push(BreakerChange { scope: scope.path.clone(), open: true });
-                    }
-                    false
-                }
-                None => false,
-            };
-            if reopened {
-                changes.push(BreakerChange { scope: scope.path.clone(), open: false });
-            }
+            let reopened = self.judge_breaker(scope, adaptation, feedback, sent_at, now, changes);
             for (l, (limit, bucket)) in scope.limits.iter().zip(scope.buckets.iter()).enumerate() {
                 // A budget is the user's, not the provider's: nothing it says moves it.
                 if limit.dimension == Dimension::Cost {

@@ -177,14 +177,7 @@ fn visit(
             return (result, false);
         }
         let decision = (pass.admit)(&request);
-        // A scope that refuses for now (or whose breaker is open) holds the
-        // line until it could pass; the waiter keeps waiting.
-        let held = match decision {
-            Err(Error::RateLimited { ref scope, retry_after, .. }) => Some((scope.clone(), retry_after)),
-            Err(Error::CircuitOpen { ref scope, retry_after, .. }) => Some((scope.clone(), Some(retry_after))),
-            _ => None,
-        };
-        if let Some((scope, retry_after)) = held {
+        if let Some((scope, retry_after)) = holding_scope(&decision) {
             if deadline <= pass.now {
                 // Refused at its deadline, it leaves now: it holds no line
                 // for a refill it will not be here for.
@@ -211,6 +204,17 @@ fn visit(
                 pass.out.push(Outcome::Refused { waiter: waiter.id, error });
             }
         }
+    }
+}
+
+/// The scope that refused `decision` for now (or whose breaker is open),
+/// and when it could pass: it holds the line until then, and the waiter
+/// keeps waiting.
+fn holding_scope(decision: &Result<Permit>) -> Option<(Arc<str>, Option<Duration>)> {
+    match decision {
+        Err(Error::RateLimited { scope, retry_after, .. }) => Some((scope.clone(), *retry_after)),
+        Err(Error::CircuitOpen { scope, retry_after, .. }) => Some((scope.clone(), Some(*retry_after))),
+        _ => None,
     }
 }
 
