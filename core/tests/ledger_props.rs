@@ -198,6 +198,11 @@ fn assert_within_burst_plus_refill(log: &[Charge], burst: u64, amount: u64, wind
 
 const WINDOWS_MS: [u64; 3] = [1_000, 10_000, 60_000];
 
+/// The routes `requests_only_routes_match_the_general_path` acquires on:
+/// a child and its parent, two scopes of one template (t/a made first, so
+/// that it is reserved first), and both kinds together.
+const ROUTES: [&[&str]; 5] = [&["p/c"], &["t/a"], &["t/b"], &["t/a", "t/b"], &["p/c", "t/b"]];
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -352,15 +357,17 @@ proptest! {
     /// A route whose limits all count requests takes the ledger's short
     /// path (no token counts, only the count booked); it must admit, refuse,
     /// reserve and expire exactly as the same scopes do on a route that
-    /// also charges tokens (the general path), whatever the tokens.
+    /// also charges tokens (the general path), whatever the tokens. Among
+    /// the routes are two scopes of one template, which share their limits.
     #[test]
     fn requests_only_routes_match_the_general_path(
-        caps in (1..6u64, 1..6u64),
-        ops in proptest::collection::vec(op(), 1..80),
+        caps in (1..6u64, 1..6u64, 1..6u64),
+        ops in proptest::collection::vec((op(), 0..ROUTES.len()), 1..80),
     ) {
         let config = json!({"permit_ttl": "16s", "scopes": {
             "p": {"limits": [{"dimension": "requests", "amount": caps.0, "window": "1m"}]},
             "p/c": {"limits": [{"dimension": "requests", "amount": caps.1, "window": "10s"}]},
+            "t/*": {"limits": [{"dimension": "requests", "amount": caps.2, "window": "20s"}]},
             "x": {"limits": [{"dimension": "tokens", "amount": 1u64 << 40, "window": "1m"}]},
         }});
         let config = llmgov::Config::from_value(config).unwrap();
@@ -369,18 +376,21 @@ proptest! {
             Governor::with_clock(&config, clock.clone()).unwrap(),
             Governor::with_clock(&config, clock.clone()).unwrap(),
         );
-        let routes = (short.route(&["p/c"]).unwrap(), general.route(&["p/c", "x"]).unwrap());
+        let routes: Vec<_> = ROUTES
+            .iter()
+            .map(|paths| (short.route(paths).unwrap(), general.route(&[paths, &["x"][..]].concat()).unwrap()))
+            .collect();
         let mut held: Vec<(Permit, Permit)> = Vec::new();
         let snapshot = |gov: &Governor| {
             let s = gov.snapshot();
             let scopes: Vec<_> = s.scopes.into_iter().filter(|scope| scope.path != "x").collect();
             (scopes, s.admitted, s.rate_limited, s.expired_permits)
         };
-        for op in &ops {
+        for (op, r) in &ops {
             match *op {
                 Op::Acquire { input, output } => {
                     let request = |route| Request::new(route).input_tokens(input).max_output_tokens(output);
-                    match (short.try_acquire(&request(routes.0)), general.try_acquire(&request(routes.1))) {
+                    match (short.try_acquire(&request(routes[*r].0)), general.try_acquire(&request(routes[*r].1))) {
                         (Ok(a), Ok(b)) => held.push((a, b)),
                         (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
                         (a, b) => prop_assert!(false, "short path {:?}, general path {:?}", a.map(drop), b.map(drop)),

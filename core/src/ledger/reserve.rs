@@ -87,13 +87,13 @@ impl Ledger {
     /// and only the count is booked.
     #[inline(always)]
     fn acquire_requests<const COUNTED: bool>(&self, request: &Request, route: &RouteEntry, now: u64) -> Result<Permit> {
-        for scope in &route.scopes {
-            for (limit, bucket) in scope.limits.iter().zip(&scope.buckets) {
+        for (s, scope) in route.scopes.iter().enumerate() {
+            for (l, (limit, bucket)) in scope.limits.iter().zip(&scope.buckets).enumerate() {
                 let (Rule::TokenBucket(params), Bucket::Tat(tat)) = (&limit.rule, bucket) else {
                     unreachable!("a request-buckets route has only token buckets")
                 };
                 if let Err(RetryAt(at)) = params.try_reserve_one(tat, now) {
-                    return Err(self.counted::<COUNTED>(self.refuse_requests(request, route, limit, at, now)));
+                    return Err(self.counted::<COUNTED>(self.refuse_requests(request, route, (s, l), at, now)));
                 }
             }
         }
@@ -102,19 +102,23 @@ impl Ledger {
         Ok(self.permit(request, index, now, false))
     }
 
-    /// Rolls back what [`Self::acquire_requests`] reserved before `refused`
-    /// refused (until `at`), and says why it refused.
+    /// Rolls back what [`Self::acquire_requests`] reserved before limit `l`
+    /// of scope `s` refused (until `at`), and says why it refused. (Which
+    /// limit is passed by position: scopes made from one template share
+    /// their limits, so a limit alone does not say which scope it is on.)
     #[cold]
-    fn refuse_requests(&self, request: &Request, route: &RouteEntry, refused: &Limit, at: u64, now: u64) -> Error {
+    fn refuse_requests(
+        &self,
+        request: &Request,
+        route: &RouteEntry,
+        (s, l): (usize, usize),
+        at: u64,
+        now: u64,
+    ) -> Error {
         let costs = Costs::of(&request.estimate(), request.expected_output(), route.price.as_ref());
         let scopes = &route.scopes[..];
-        let (s, l) = scopes
-            .iter()
-            .enumerate()
-            .find_map(|(s, scope)| Some((s, scope.limits.iter().position(|l| std::ptr::eq(l, refused))?)))
-            .expect("the refusing limit is on the route");
         self.rollback(scopes, s, l, &costs, now, &mut PacedCharges::new());
-        self.refusal(scopes, &costs, &scopes[s], refused, Some(at), now)
+        self.refusal(scopes, &costs, &scopes[s], &scopes[s].limits[l], Some(at), now)
     }
 
     /// The permit for `request`, admitted at `now` in TTL slot `index`.
