@@ -87,13 +87,13 @@ impl Ledger {
     /// and only the count is booked.
     #[inline(always)]
     fn acquire_requests<const COUNTED: bool>(&self, request: &Request, route: &RouteEntry, now: u64) -> Result<Permit> {
-        for (s, scope) in route.scopes.iter().enumerate() {
-            for (l, (limit, bucket)) in scope.limits.iter().zip(&scope.buckets).enumerate() {
+        for scope in &route.scopes {
+            for (limit, bucket) in scope.limits.iter().zip(&scope.buckets) {
                 let (Rule::TokenBucket(params), Bucket::Tat(tat)) = (&limit.rule, bucket) else {
                     unreachable!("a request-buckets route has only token buckets")
                 };
                 if let Err(RetryAt(at)) = params.try_reserve_one(tat, now) {
-                    return Err(self.counted::<COUNTED>(self.refuse_requests(request, route, (s, l), at, now)));
+                    return Err(self.counted::<COUNTED>(self.refuse_requests(request, route, bucket, at, now)));
                 }
             }
         }
@@ -102,21 +102,21 @@ impl Ledger {
         Ok(self.permit(request, index, now, false))
     }
 
-    /// Rolls back what [`Self::acquire_requests`] reserved before limit `l`
-    /// of scope `s` refused (until `at`), and says why it refused. (Which
-    /// limit is passed by position: scopes made from one template share
-    /// their limits, so a limit alone does not say which scope it is on.)
+    /// Rolls back what [`Self::acquire_requests`] reserved before the limit
+    /// of bucket `refused` refused (until `at`), and says why it refused.
+    /// (The bucket says which scope refused: scopes made from one template
+    /// share their limits but not their buckets. Searched for here rather
+    /// than counted in the loop, which cost 23 instructions an acquire on 6
+    /// scopes, callgrind.)
     #[cold]
-    fn refuse_requests(
-        &self,
-        request: &Request,
-        route: &RouteEntry,
-        (s, l): (usize, usize),
-        at: u64,
-        now: u64,
-    ) -> Error {
+    fn refuse_requests(&self, request: &Request, route: &RouteEntry, refused: &Bucket, at: u64, now: u64) -> Error {
         let costs = Costs::of(&request.estimate(), request.expected_output(), route.price.as_ref());
         let scopes = &route.scopes[..];
+        let (s, l) = scopes
+            .iter()
+            .enumerate()
+            .find_map(|(s, scope)| Some((s, scope.buckets.iter().position(|b| std::ptr::eq(b, refused))?)))
+            .expect("the refusing bucket is on the route");
         self.rollback(scopes, s, l, &costs, now, &mut PacedCharges::new());
         self.refusal(scopes, &costs, &scopes[s], &scopes[s].limits[l], Some(at), now)
     }
