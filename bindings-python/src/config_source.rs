@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use llmgov::{Clock, ManualClock, MonotonicClock};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyString};
 
 use crate::args::{self, type_name};
 use crate::errors;
@@ -17,16 +17,15 @@ use crate::errors;
 pub fn toml_text(py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<String> {
     let os = py.import("os")?;
     let path = if source.is_instance(&os.getattr("PathLike")?)? {
-        os.call_method1("fspath", (source,))?.extract::<String>()?
-    } else {
-        match source.extract::<String>() {
-            Ok(text) if text.contains('\n') || text.contains('=') || text.trim().is_empty() => return Ok(text),
-            Ok(path) => path,
-            Err(_) => {
-                let reason = format!("must be TOML text or a path, not {}", type_name(source));
-                return Err(errors::config(py, "source", &type_name(source), reason));
-            }
+        text(py, "path", &os.call_method1("fspath", (source,))?)?
+    } else if source.is_instance_of::<PyString>() {
+        match text(py, "source", source)? {
+            text if text.contains('\n') || text.contains('=') || text.trim().is_empty() => return Ok(text),
+            path => path,
         }
+    } else {
+        let reason = format!("must be TOML text or a path, not {}", type_name(source));
+        return Err(errors::config(py, "source", &type_name(source), reason));
     };
     std::fs::read_to_string(&path).map_err(|e| errors::config(py, "path", &path, format!("cannot be read: {e}")))
 }

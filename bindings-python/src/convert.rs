@@ -70,12 +70,17 @@ fn to_value(value: &Bound<'_, PyAny>, depth: usize) -> Result<Value, String> {
         return Number::from_f64(f.value()).map(Value::Number).ok_or_else(|| "a non-finite float".into());
     }
     if let Ok(s) = value.cast::<PyString>() {
-        return Ok(Value::String(s.to_cow().map_err(|e| e.to_string())?.into_owned()));
+        let text = s.to_cow().map_err(|_| format!("a string that {}", crate::args::LONE_SURROGATE))?;
+        return Ok(Value::String(text.into_owned()));
     }
     if let Ok(dict) = value.cast::<PyDict>() {
         let mut map = Map::new();
         for (key, item) in dict.iter() {
-            let key = key.extract::<String>().map_err(|_| "a dict key that is not a string".to_owned())?;
+            let key = match key.cast::<PyString>() {
+                Ok(key) => key.to_cow().map_err(|_| format!("a dict key that {}", crate::args::LONE_SURROGATE))?,
+                Err(_) => return Err("a dict key that is not a string".to_owned()),
+            };
+            let key = key.into_owned();
             map.insert(key, to_value(&item, depth + 1)?);
         }
         return Ok(Value::Object(map));

@@ -46,7 +46,8 @@ pub fn bytes_of(field: &str, value: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
         return Ok(b.as_bytes().to_vec());
     }
     if let Ok(s) = value.cast::<PyString>() {
-        return Ok(s.to_cow()?.as_bytes().to_vec());
+        let text = s.to_cow().map_err(|_| invalid(field, value, args::LONE_SURROGATE))?;
+        return Ok(text.as_bytes().to_vec());
     }
     if let Ok(v) = value.extract::<Vec<u8>>() {
         return Ok(v);

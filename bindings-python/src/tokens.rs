@@ -134,8 +134,8 @@ fn parts(field: &str, content: &Bound<'_, PyAny>) -> PyResult<Vec<Part>> {
     if content.is_none() {
         return Ok(Vec::new());
     }
-    if let Ok(text) = content.cast::<PyString>() {
-        return Ok(vec![Part::Text(text.to_cow()?.into_owned())]);
+    if content.is_instance_of::<PyString>() {
+        return Ok(vec![Part::Text(text_of(field, content)?.into_owned())]);
     }
     if !content.is_instance_of::<PyList>() {
         return Err(invalid(field, content, "must be a string, None or a list of parts"));
@@ -153,8 +153,8 @@ fn parts(field: &str, content: &Bound<'_, PyAny>) -> PyResult<Vec<Part>> {
 /// image (`image_url`, `input_image`, Anthropic `image`), or anything else,
 /// which counts its `text` if it has one and nothing otherwise.
 fn one_part(field: &str, part: &Bound<'_, PyAny>) -> PyResult<Option<Part>> {
-    if let Ok(text) = part.cast::<PyString>() {
-        return Ok(Some(Part::Text(text.to_cow()?.into_owned())));
+    if part.is_instance_of::<PyString>() {
+        return Ok(Some(Part::Text(text_of(field, part)?.into_owned())));
     }
     let dict = part.cast::<PyDict>().map_err(|_| invalid(field, part, "must be a dict or a string"))?;
     let kind = dict.get_item("type")?.and_then(|t| t.extract::<String>().ok()).unwrap_or_default();

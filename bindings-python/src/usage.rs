@@ -62,7 +62,7 @@ pub fn first_is_usage<'a, 'py>(
 /// The usage an SDK usage object or dict reports.
 pub fn from_python(usage: &Bound<'_, PyAny>) -> PyResult<Usage> {
     if let Some(prompt) = tokens(usage, "prompt_tokens")? {
-        let output = tokens(usage, "completion_tokens")?.unwrap_or(0);
+        let output = output_tokens(usage, "prompt_tokens", "completion_tokens")?;
         let cached = nested(usage, "prompt_tokens_details", "cached_tokens")?.unwrap_or(0);
         return Ok(Usage::new(prompt, output).with_cached_input(cached.min(prompt)));
     }
@@ -70,7 +70,7 @@ pub fn from_python(usage: &Bound<'_, PyAny>) -> PyResult<Usage> {
         let reason = "is not a usage: it has neither `prompt_tokens` (OpenAI) nor `input_tokens` (Anthropic, llmgov)";
         return Err(invalid("usage", usage, reason));
     };
-    let output = tokens(usage, "output_tokens")?.unwrap_or(0);
+    let output = output_tokens(usage, "input_tokens", "output_tokens")?;
     let cache_read = tokens(usage, "cache_read_input_tokens")?;
     let cache_write = tokens(usage, "cache_creation_input_tokens")?;
     if cache_read.is_some() || cache_write.is_some() {
@@ -84,4 +84,27 @@ pub fn from_python(usage: &Bound<'_, PyAny>) -> PyResult<Usage> {
         None => nested(usage, "input_tokens_details", "cached_tokens")?.unwrap_or(0).min(input),
     };
     Ok(Usage::new(input, output).with_cached_input(cached))
+}
+
+/// The output count of a usage whose input is `input_key`, read from
+/// `output_key`; 0 if absent, unless a dict names its output under another
+/// key (`outputTokens`, `completion_tokens` beside `input_tokens`, …),
+/// which would otherwise settle as no output and refund what was used.
+fn output_tokens(usage: &Bound<'_, PyAny>, input_key: &str, output_key: &str) -> PyResult<u64> {
+    if let Some(output) = tokens(usage, output_key)? {
+        return Ok(output);
+    }
+    let Ok(dict) = usage.cast::<PyDict>() else { return Ok(0) };
+    for (key, value) in dict.iter() {
+        let Ok(key) = key.extract::<String>() else { continue };
+        if key == output_key {
+            continue; // given as None
+        }
+        let squashed = key.to_lowercase().replace('_', "");
+        if matches!(squashed.trim_end_matches('s'), "outputtoken" | "completiontoken") {
+            let reason = format!("is not read: a usage with `{input_key}` gives its output as `{output_key}`");
+            return Err(invalid(&format!("usage.{key}"), &value, reason));
+        }
+    }
+    Ok(0)
 }

@@ -385,6 +385,59 @@ def test_a_profile_path_or_name_with_a_lone_surrogate_is_invalid_request() -> No
     assert name.value.field == "profile"
 
 
+@pytest.mark.parametrize(
+    "usage, key, expected",
+    [
+        ({"input_tokens": 100, "outputTokens": 500}, "outputTokens", "output_tokens"),
+        ({"input_tokens": 100, "completion_tokens": 500}, "completion_tokens", "output_tokens"),
+        ({"prompt_tokens": 100, "output_tokens": 500}, "output_tokens", "completion_tokens"),
+        ({"prompt_tokens": 100, "completion_token": 500}, "completion_token", "completion_tokens"),
+    ],
+)
+def test_an_output_count_under_another_key_is_refused_not_settled_as_zero(
+    gov: llmgov.Governor, usage: Any, key: str, expected: str
+) -> None:
+    permit = gov.try_acquire(ROUTE, input_tokens=100, max_output_tokens=500)
+    with pytest.raises(llmgov.InvalidRequest) as bad:
+        permit.settle(usage)
+    assert (bad.value.field, bad.value.value) == (f"usage.{key}", "500")
+    assert f"gives its output as `{expected}`" in bad.value.reason
+    assert permit.state == "pending", "the refused usage must not reconcile the permit"
+    # The right key, or none at all (an embeddings usage has no output), settles.
+    permit.settle({"input_tokens": 100, "output_tokens": None, "total_tokens": 100})
+    assert limit(gov, "tenants/acme", "tokens")["in_use"] == 100
+
+
+def test_lone_surrogates_in_headers_messages_and_config_paths_name_the_field(
+    gov: llmgov.Governor, tmp_path: Path
+) -> None:
+    permit = gov.try_acquire(ROUTE, input_tokens=10)
+    requests = [
+        (lambda: permit.report(429, {"retry-after": "\udcff"}), "headers"),
+        (lambda: permit.report(429, {}, "\udcff"), "body"),
+        (lambda: llmgov.classify_response(429, {"x-\udcff": "1"}), "headers"),
+        (lambda: gov.try_acquire(ROUTE, messages=[{"role": "user", "content": "\udcff"}]), "messages[0].content"),
+        (
+            lambda: gov.try_acquire(ROUTE, messages=[{"role": "user", "content": [{"type": "text", "text": "a"}, "\udcff"]}]),
+            "messages[0].content[1]",
+        ),
+    ]
+    for call, field in requests:
+        with pytest.raises(llmgov.InvalidRequest) as bad:
+            call()
+        assert bad.value.field == field and "lone surrogate" in bad.value.reason, str(bad.value)
+    assert permit.state == "pending"
+    configs = [
+        (lambda: llmgov.Governor.from_toml(tmp_path / "\udcff.toml"), "path"),
+        (lambda: llmgov.Governor.from_toml(str(tmp_path / "\udcff.toml")), "source"),
+        (lambda: llmgov.Governor.from_dict({"scopes": {"\udcff": {"limits": []}}}), "config"),
+    ]
+    for call, field in configs:
+        with pytest.raises(llmgov.ConfigError) as bad_config:
+            call()
+        assert bad_config.value.field == field and "lone surrogate" in bad_config.value.reason, str(bad_config.value)
+
+
 def test_wrong_types_name_the_argument() -> None:
     """Each was a bare TypeError without the field."""
     cases = [
