@@ -72,3 +72,59 @@ fn window_idle_for_2_pow_31_slots_admits_its_whole_amount() {
     let r = gov.try_acquire(&Request::new(route));
     assert!(r.is_ok(), "{r:?}");
 }
+
+/// Callers pass their own `now`, and one may lag far behind another (a
+/// thread stalled between reading the clock and acquiring). However far,
+/// its call must not take a slot that later calls still count.
+mod callers_far_behind {
+    use llmgov::{Ledger, Request};
+
+    use super::*;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    /// A window of 10 a second (60 slots of 1/60 s, a ring of 64): a
+    /// caller 128 slots behind lands on the position of the full slot.
+    #[test]
+    fn are_refused_by_a_window_without_resetting_its_count() {
+        let config = json!({"scopes": {"p": {"limits": [
+            {"dimension": "requests", "amount": 10, "window": "1s", "algorithm": "sliding_window"}]}}});
+        let ledger = Ledger::new(&Config::from_value(config).unwrap()).unwrap();
+        let request = Request::new(ledger.route(&["p"]).unwrap());
+        let (now, behind) = (200 * SECOND / 60, 72 * SECOND / 60);
+        let admitted = (0..10).filter(|_| ledger.try_acquire(&request, now).is_ok()).count();
+        assert_eq!(admitted, 10);
+        assert!(ledger.try_acquire(&request, behind).is_err(), "the window is full");
+        assert!(ledger.try_acquire(&request, now).is_err(), "still full: the late call reset nothing");
+    }
+
+    /// An overage settled by a caller a ring behind is still charged: at
+    /// the ring's latest slot, where later calls count it.
+    #[test]
+    fn still_pay_their_overage() {
+        let config = json!({"scopes": {"p": {"limits": [
+            {"dimension": "input_tokens", "amount": 100, "window": "1s", "algorithm": "sliding_window"}]}}});
+        let ledger = Ledger::new(&Config::from_value(config).unwrap()).unwrap();
+        let request = |tokens| Request::new(ledger.route(&["p"]).unwrap()).input_tokens(tokens);
+        let slot = |i: u64| i * SECOND / 60;
+        let mut early = ledger.try_acquire(&request(10), slot(100)).unwrap();
+        let _latest = ledger.try_acquire(&request(10), slot(200)).unwrap();
+        ledger.settle(&mut early, llmgov::Usage::new(60, 0), slot(72)).unwrap();
+        assert!(ledger.try_acquire(&request(50), slot(200)).is_err(), "10 + 50 of overage + 50 > 100");
+        assert!(ledger.try_acquire(&request(40), slot(200)).is_ok());
+    }
+
+    /// Concurrency slots age out at the permit TTL (1 s slots here, in a
+    /// ring of 32): a caller 64 s behind lands on the live slot's position.
+    #[test]
+    fn are_refused_by_concurrency_without_expiring_live_permits() {
+        let config = json!({"permit_ttl": "16s", "scopes": {"p": {"limits": [
+            {"dimension": "concurrency", "amount": 2}]}}});
+        let ledger = Ledger::new(&Config::from_value(config).unwrap()).unwrap();
+        let request = Request::new(ledger.route(&["p"]).unwrap());
+        let _held = [ledger.try_acquire(&request, 100 * SECOND), ledger.try_acquire(&request, 100 * SECOND)];
+        assert!(ledger.try_acquire(&request, 36 * SECOND).is_err(), "both slots are in flight");
+        assert!(ledger.try_acquire(&request, 100 * SECOND).is_err(), "still in flight");
+        assert_eq!(ledger.snapshot(100 * SECOND).expired_permits, 0);
+    }
+}

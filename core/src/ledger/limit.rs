@@ -408,8 +408,10 @@ fn adjust_window(ring: &Ring<AtomicU64>, slot: SlotWidth, charged: u64, actual: 
         // Overage is charged even past the amount: it is debt that later
         // admissions wait out.
         let extra = actual - charged;
-        if !in_window || ring.add(admitted, extra) == Added::Behind {
-            let _ = ring.add(current, extra);
+        let landed = |index| ring.add(index, extra) != Added::Behind;
+        if !((in_window && landed(admitted)) || landed(current)) {
+            // This caller is a ring behind the latest add: charged there.
+            ring.add(ring.latest(), extra);
         }
     }
 }

@@ -21,6 +21,8 @@
 //! a large `now`, reads as empty. Only an entry left untouched for almost
 //! exactly a multiple of 2^32 slots can be misread, as live or later, and
 //! then only for one ring's worth of slots: it over-counts, the safe side.
+//! A caller further behind than one ring, whose slot's entry would read as
+//! stale, is told by the ring's latest slot instead, and refused.
 //!
 //! A slot whose count saturated (absurd usage reports) is poisoned: refunds
 //! skip it, since it no longer says how much of it is whose, and it refuses
@@ -78,8 +80,9 @@ pub enum Added {
         /// Count the reset entry held.
         evicted: u64,
     },
-    /// The slot already belongs to a later turn of the ring: this caller's
-    /// clock is a whole ring behind another's. Nothing was added.
+    /// The slot already belongs to a later turn of the ring, or the ring
+    /// has been added to a whole ring's slots after this caller's: its
+    /// clock is that far behind another's. Nothing was added.
     Behind,
     /// The slot would have held more than asked: nothing was added.
     Full,
@@ -95,6 +98,10 @@ pub struct Full;
 pub struct Ring<A> {
     slots: Box<[A]>,
     span: u32,
+    /// The latest slot index added at. Epochs alone cannot tell a caller
+    /// more than a ring behind from one whose slot is stale: it would reset
+    /// live entries of later slots, and lose what they count.
+    latest: A,
 }
 
 impl<A: AtomicWord> Ring<A> {
@@ -103,13 +110,18 @@ impl<A: AtomicWord> Ring<A> {
     pub fn new(span: u32) -> Self {
         debug_assert!((1..1 << 30).contains(&span));
         let len = (span as usize + 1).next_power_of_two();
-        Ring { slots: (0..len).map(|_| A::new(0)).collect(), span }
+        Ring { slots: (0..len).map(|_| A::new(0)).collect(), span, latest: A::new(0) }
     }
 
     /// Live span, in slots: a slot stays live for this many slots after its own.
     #[inline]
     pub fn span(&self) -> u64 {
         self.span as u64
+    }
+
+    /// The latest slot index added at.
+    pub fn latest(&self) -> u64 {
+        self.latest.load()
     }
 
     #[inline]
@@ -140,6 +152,14 @@ impl<A: AtomicWord> Ring<A> {
     /// `most` ([`Added::Full`]).
     #[inline]
     fn add_up_to(&self, index: u64, count: u64, most: u64) -> Added {
+        // Raised before the add, so that a caller that reads it after the
+        // add sees this one ahead of it. Written once per slot at most.
+        let latest = self.latest.load();
+        if index > latest {
+            let _ = update(&self.latest, |seen| if index > seen { Ok(index) } else { Err(()) });
+        } else if latest - index >= self.slots.len() as u64 {
+            return Added::Behind;
+        }
         let mut evicted = 0;
         let result = update(self.slot(index), |word| {
             let (epoch, held) = unpack(word);
@@ -282,6 +302,19 @@ mod tests {
         ring.add(7, 1);
         assert_eq!(ring.add(3, 1), Added::Behind);
         assert_eq!(ring.live_sum(3), 1, "entries from later slots count as live");
+    }
+
+    #[test]
+    fn caller_many_rings_behind_is_refused_and_evicts_nothing() {
+        // 60 slots live, 64 positions: slot 72 shares slot 200's position,
+        // whose entry it would read as stale and reset.
+        let ring: Ring<AtomicU64> = Ring::new(60);
+        assert_eq!(ring.try_reserve(200, 10, 10, |_| {}), Ok(()));
+        assert_eq!(ring.add(72, 1), Added::Behind);
+        assert_eq!(ring.try_reserve(72, 1, 10, |_| panic!("evicted a live entry")), Err(Full));
+        assert_eq!(ring.live_sum(200), 10);
+        assert_eq!(ring.try_reserve(200, 1, 10, |_| {}), Err(Full), "still full at 200");
+        assert_eq!(ring.try_reserve(261, 10, 10, |_| {}), Ok(()), "slot 200 has aged out at 261");
     }
 
     #[test]
