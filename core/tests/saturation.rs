@@ -83,6 +83,21 @@ fn a_refused_request_never_saturates_a_large_window() {
     assert!(gov.try_acquire(&Request::new(route).input_tokens(3_000_000_000)).is_ok(), "the window is empty again");
 }
 
+/// The largest sliding window the config takes admits a request of its
+/// whole amount; one larger is refused when the config loads.
+#[test]
+fn the_largest_window_admits_its_whole_amount() {
+    let most = (1u64 << 32) - 2;
+    let gov = gov(json!({"dimension": "input_tokens", "amount": most, "window": "1d", "algorithm": "sliding_window"}));
+    let route = gov.route(&["p"]).unwrap();
+    assert!(gov.try_acquire(&Request::new(route).input_tokens(most)).is_ok());
+    assert_eq!(gov.try_acquire(&Request::new(route).input_tokens(1)).unwrap_err().code(), "rate_limited");
+    let config = json!({"scopes": {"p": {"limits": [
+        {"dimension": "input_tokens", "amount": most + 1, "window": "1d", "algorithm": "sliding_window"}]}}});
+    let Err(error) = Config::from_value(config).and_then(|c| Governor::new(&c)) else { panic!("refused") };
+    assert!(error.to_string().contains(&format!("holds at most {most}")), "{error}");
+}
+
 /// At the end of the timeline (a sans-IO caller's `now` near u64::MAX) a
 /// token bucket's next arrival would saturate and every request look within
 /// the burst: nothing is admitted there instead.

@@ -10,7 +10,7 @@ use crate::ledger::feedback::{DAY_NS, MINUTE_NS};
 use crate::ledger::gcra::{GcraParams, MAX_DEBT_NS};
 use crate::ledger::limit::{Limit, Rule, SlotWidth};
 use crate::ledger::registry::{ScopeSpec, Template};
-use crate::ledger::ring::MAX_SLOT_COUNT;
+use crate::ledger::ring::MAX_WINDOW_AMOUNT;
 use crate::pricing::{budget_units, Price};
 use crate::time::duration_ns;
 use crate::{Dimension, Error, Result};
@@ -277,13 +277,13 @@ fn sliding_window(
         let reason = "a sliding_window never exceeds its amount; burst is for token_bucket";
         return Err(Error::config(at("burst"), burst, reason));
     }
-    if amount > MAX_SLOT_COUNT && limit.dimension == Dimension::Cost {
-        let most = MAX_SLOT_COUNT as f64 / crate::pricing::COST_UNITS_PER_CURRENCY;
+    if amount > MAX_WINDOW_AMOUNT && limit.dimension == Dimension::Cost {
+        let most = MAX_WINDOW_AMOUNT as f64 / crate::pricing::COST_UNITS_PER_CURRENCY;
         let reason = format!("a sliding-window budget holds at most {most}; use algorithm = \"token_bucket\"");
         return Err(Error::config(at("budget"), limit.budget.unwrap_or_default(), reason));
     }
-    if amount > MAX_SLOT_COUNT {
-        let reason = format!("a sliding_window holds at most {MAX_SLOT_COUNT}; use token_bucket");
+    if amount > MAX_WINDOW_AMOUNT {
+        let reason = format!("a sliding_window holds at most {MAX_WINDOW_AMOUNT}; use token_bucket");
         return Err(Error::config(at("amount"), amount, reason));
     }
     if window_ns < MIN_SLOT_NS {

@@ -36,6 +36,10 @@ const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 /// The largest count one slot holds; adds saturate there.
 pub const MAX_SLOT_COUNT: u64 = COUNT_MASK;
 
+/// The largest amount a ring admits up to: a slot holding more would be
+/// saturated (poisoned: see the module doc).
+pub const MAX_WINDOW_AMOUNT: u64 = MAX_SLOT_COUNT - 1;
+
 #[inline]
 fn pack(epoch: u32, count: u64) -> u64 {
     ((epoch as u64) << COUNT_BITS) | count.min(COUNT_MASK)
@@ -204,7 +208,7 @@ impl<A: AtomicWord> Ring<A> {
     pub fn try_reserve(&self, index: u64, cost: u64, amount: u64, on_evict: impl FnOnce(u64)) -> Result<(), Full> {
         // An add that would saturate the slot is refused before it lands:
         // landed, it would poison the slot, and its rollback could not undo it.
-        match self.add_up_to(index, cost, COUNT_MASK - 1) {
+        match self.add_up_to(index, cost, MAX_WINDOW_AMOUNT) {
             Added::Landed { evicted } if evicted > 0 => on_evict(evicted),
             Added::Landed { .. } => {}
             Added::Behind | Added::Full => return Err(Full),
