@@ -28,7 +28,7 @@ import (
 // call WakeWaiters after advancing it. Its refusals reach OnEvent's fn,
 // whether given at once or after waiting.
 func (g *Governor) Acquire(ctx context.Context, r Request) (*Permit, error) {
-	if err := ctx.Err(); err != nil {
+	if err := ctxErr(ctx); err != nil {
 		return nil, err
 	}
 	h, err := g.ptr()
@@ -59,6 +59,15 @@ func (g *Governor) Acquire(ctx context.Context, r Request) (*Permit, error) {
 	return newPermit(handle), nil
 }
 
+// ctxErr is why a wait on ctx cannot start: ctx is nil (an error naming
+// it, as a nil handle's), or already done (its own error).
+func ctxErr(ctx context.Context) error {
+	if ctx == nil {
+		return errNil("ctx", ctxMakers)
+	}
+	return ctx.Err()
+}
+
 // timeoutOf is ctx's deadline as a wait's timeout in nanoseconds, or
 // LLMGOV_NO_TIMEOUT without one.
 func timeoutOf(ctx context.Context) C.uint64_t {
@@ -83,7 +92,7 @@ func (g *Governor) WakeWaiters() (time.Duration, bool, error) {
 	if err != nil || next == C.UINT64_MAX {
 		return 0, false, err
 	}
-	return time.Duration(next), true, nil
+	return nanos(next), true, nil
 }
 
 // QueueMetrics is every traffic class's waiting queue at one moment.

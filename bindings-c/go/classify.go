@@ -56,7 +56,9 @@ type Classification struct {
 	Kind    LimitKind
 	// Dimension is the refusing limit; "unknown" when not said.
 	Dimension LimitDimension
-	// RetryAfter is how long to wait before retrying, when HasRetryAfter.
+	// RetryAfter is how long to wait before retrying, when HasRetryAfter;
+	// one longer than a Duration holds (a date centuries ahead) is the
+	// longest Duration, math.MaxInt64. So are Reset's.
 	RetryAfter    time.Duration
 	HasRetryAfter bool
 	// Retryable: retrying (after RetryAfter) can succeed.
@@ -75,7 +77,7 @@ func classificationFromC(c *C.llmgov_classification) Classification {
 		Kind:          limitKinds[min(int(c.kind), len(limitKinds)-1)],
 		Dimension:     limitDimensions[min(int(c.dimension), len(limitDimensions)-1)],
 		HasRetryAfter: bool(c.has_retry_after),
-		RetryAfter:    time.Duration(c.retry_after_ms) * time.Millisecond,
+		RetryAfter:    millis(c.retry_after_ms),
 		Retryable:     bool(c.retryable),
 		Provider:      Provider(c.provider),
 		Remaining:     map[LimitDimension]uint64{},
@@ -90,14 +92,16 @@ func classificationFromC(c *C.llmgov_classification) Classification {
 			out.Limit[d] = uint64(c.limit[i])
 		}
 		if c.has_reset[i] {
-			out.Reset[d] = time.Duration(c.reset_ms[i]) * time.Millisecond
+			out.Reset[d] = millis(c.reset_ms[i])
 		}
 	}
 	return out
 }
 
 // cHeaders copies headers into C memory (the array holds pointers, so it
-// cannot be Go memory); free releases it.
+// cannot be Go memory); free releases it. An empty name or value crosses
+// as NULL with length 0, as llmgov_header allows. Nothing here can panic
+// between the allocations and the return of free, so no path leaks them.
 func cHeaders(header http.Header) (*C.llmgov_header, C.size_t, func()) {
 	pairs, size := 0, 0
 	for name, values := range header {
@@ -110,24 +114,33 @@ func cHeaders(header http.Header) (*C.llmgov_header, C.size_t, func()) {
 		return nil, 0, func() {}
 	}
 	array := unsafe.Slice((*C.llmgov_header)(C.calloc(C.size_t(pairs), C.sizeof_llmgov_header)), pairs)
-	bytes := unsafe.Slice((*byte)(C.malloc(C.size_t(max(size, 1)))), max(size, 1))
+	var bytes []byte // nil when every name and value is empty
+	if size > 0 {
+		bytes = unsafe.Slice((*byte)(C.malloc(C.size_t(size))), size)
+	}
 	i, at := 0, 0
 	put := func(s string) (*C.uint8_t, C.size_t) {
 		n := copy(bytes[at:], s)
+		if n == 0 {
+			return nil, 0
+		}
 		p := (*C.uint8_t)(unsafe.Pointer(&bytes[at]))
 		at += n
 		return p, C.size_t(n)
 	}
 	for name, values := range header {
 		for _, v := range values {
+			if i == pairs { // only if header changed under us (a data race)
+				break
+			}
 			array[i].name, array[i].name_len = put(name)
 			array[i].value, array[i].value_len = put(v)
 			i++
 		}
 	}
-	return &array[0], C.size_t(pairs), func() {
+	return &array[0], C.size_t(i), func() {
 		C.free(unsafe.Pointer(&array[0]))
-		C.free(unsafe.Pointer(&bytes[0]))
+		C.free(unsafe.Pointer(unsafe.SliceData(bytes)))
 	}
 }
 

@@ -20,15 +20,19 @@ type ManualClock struct {
 	cleanup runtime.Cleanup
 }
 
-// NewManualClock is a manual clock reading start.
+// NewManualClock is a manual clock reading start; a negative start reads
+// 0, as Set clamps it.
 func NewManualClock(start time.Duration) *ManualClock {
-	h := C.llmgov_manual_clock_new(C.uint64_t(start))
+	h := C.llmgov_manual_clock_new(C.uint64_t(max(start, 0)))
 	c := &ManualClock{handle: h}
 	c.cleanup = runtime.AddCleanup(c, func(h *C.llmgov_manual_clock) { C.llmgov_manual_clock_free(h) }, h)
 	return c
 }
 
 // Advance moves the clock forward by d (negative durations do nothing).
+// The clock goes no further than 2^63 ns (about 292 years): a step past
+// it is refused with ErrInvalidArg naming "ns" (d in nanoseconds), and the
+// clock stays where it was.
 func (c *ManualClock) Advance(d time.Duration) error {
 	h, err := c.ptr()
 	if err != nil || d < 0 {
@@ -51,7 +55,8 @@ func (c *ManualClock) Set(t time.Duration) error {
 	return err
 }
 
-// Now is the clock's reading.
+// Now is the clock's reading; at its end, 2^63 ns, one past the longest
+// Duration, it reads math.MaxInt64.
 func (c *ManualClock) Now() (time.Duration, error) {
 	h, err := c.ptr()
 	if err != nil {
@@ -60,7 +65,7 @@ func (c *ManualClock) Now() (time.Duration, error) {
 	var ns C.uint64_t
 	err = call(func() C.llmgov_result { return C.llmgov_manual_clock_now(h, &ns) })
 	runtime.KeepAlive(c)
-	return time.Duration(ns), err
+	return nanos(ns), err
 }
 
 // Close releases the clock now rather than when it is garbage collected.

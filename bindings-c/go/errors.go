@@ -87,7 +87,8 @@ type Error struct {
 	// Dimension is the refusing limit's (rate_limited, never_fits).
 	Dimension Dimension
 	// RetryAfter is the earliest time from now the limit could pass, when
-	// HasRetryAfter; a concurrency refusal waits on a release instead.
+	// HasRetryAfter (at most math.MaxInt64, the longest Duration); a
+	// concurrency refusal waits on a release instead.
 	RetryAfter    time.Duration
 	HasRetryAfter bool
 	// Cost and Burst: for never_fits, what the request costs on the limit
@@ -135,10 +136,10 @@ func fromC(result C.llmgov_result, ce *C.go_error) error {
 		Field:         text(ce.field),
 		Value:         text(ce.value),
 		HasRetryAfter: bool(ce.e.has_retry_after),
-		RetryAfter:    time.Duration(ce.e.retry_after_ns),
+		RetryAfter:    nanos(ce.e.retry_after_ns),
 		Cost:          uint64(ce.e.cost),
 		Burst:         uint64(ce.e.burst),
-		Waited:        time.Duration(ce.e.waited_ns),
+		Waited:        nanos(ce.e.waited_ns),
 	}
 	if d := int(ce.e.dimension); d < len(dimensions) {
 		e.Dimension = dimensions[d]

@@ -37,7 +37,8 @@ type Event struct {
 	Dimension string
 	// LimitKind is why the provider refused (provider_rejected).
 	LimitKind LimitKind
-	// RetryAfter is when it could pass, when HasRetryAfter.
+	// RetryAfter is when it could pass, when HasRetryAfter; at most
+	// math.MaxInt64, the longest Duration.
 	RetryAfter    time.Duration
 	HasRetryAfter bool
 	// Class is a denied request's traffic class ("" for the default).
@@ -74,7 +75,7 @@ func parseEvent(raw []byte) (Event, error) {
 		e.Dimension = *j.Dimension
 	}
 	if j.RetryAfterMs != nil {
-		e.RetryAfter, e.HasRetryAfter = time.Duration(*j.RetryAfterMs)*time.Millisecond, true
+		e.RetryAfter, e.HasRetryAfter = millis(*j.RetryAfterMs), true
 	}
 	return e, nil
 }

@@ -33,4 +33,5 @@ const (
 	permitMakers   = "Governor.TryAcquire or Governor.Acquire"
 	profileMakers  = "Governor.Profile"
 	clockMakers    = "NewManualClock"
+	ctxMakers      = "context.Background or context.WithTimeout"
 )

@@ -244,7 +244,7 @@ func (g *Governor) Now() (time.Duration, error) {
 	defer runtime.KeepAlive(g)
 	var ns C.uint64_t
 	err = call(func() C.llmgov_result { return C.llmgov_governor_now(h, &ns) })
-	return time.Duration(ns), err
+	return nanos(ns), err
 }
 
 // Version is the version of the linked libllmgov.

@@ -88,7 +88,7 @@ func (h WaitHistogram) Count() uint64 {
 }
 
 // Sum is all waits together.
-func (h WaitHistogram) Sum() time.Duration { return time.Duration(h.SumNs) }
+func (h WaitHistogram) Sum() time.Duration { return nanos(h.SumNs) }
 
 // Class is the metrics of the class named name (empty for the default
 // class), or nil if it has never had a waiter.

@@ -36,7 +36,7 @@ import (
 // the calling goroutine's OS thread. On a manual clock, call WakeWaiters
 // after advancing it. Its refusals reach OnEvent's fn.
 func (g *Governor) AcquireProfile(ctx context.Context, p *Profile, r Request) (*Routed, error) {
-	if err := ctx.Err(); err != nil {
+	if err := ctxErr(ctx); err != nil {
 		return nil, err
 	}
 	h, ph, err := g.withProfile(p)

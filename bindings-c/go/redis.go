@@ -167,7 +167,7 @@ func (g *RedisGovernor) TryAcquire(r RedisRequest) (*RedisPermit, error) {
 // with an error wrapping both ctx's error and ErrCancelled, holding
 // nothing. The wait occupies the calling goroutine's OS thread.
 func (g *RedisGovernor) Acquire(ctx context.Context, r RedisRequest) (*RedisPermit, error) {
-	if err := ctx.Err(); err != nil {
+	if err := ctxErr(ctx); err != nil {
 		return nil, err
 	}
 	h, err := g.ptr()

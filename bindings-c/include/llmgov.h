@@ -993,7 +993,9 @@ llmgov_result llmgov_response_classify_json(uint16_t status,
                                             char **out_json);
 
 /**
- * A manual clock reading `start_ns` nanoseconds.
+ * A manual clock reading `start_ns` nanoseconds. A clock goes no further
+ * than 2^63 ns (about 292 years, so that deadlines added to its reading
+ * stay far from overflowing): a later `start_ns` starts it there.
  *
  * # Ownership
  * The caller owns the clock and frees it with `llmgov_manual_clock_free`.
@@ -1003,7 +1005,9 @@ llmgov_result llmgov_response_classify_json(uint16_t status,
 struct llmgov_manual_clock *llmgov_manual_clock_new(uint64_t start_ns);
 
 /**
- * Moves the clock forward by `ns` nanoseconds, stopping at `UINT64_MAX`.
+ * Moves the clock forward by `ns` nanoseconds. A step past 2^63 ns is
+ * refused: `LLMGOV_RESULT_INVALID_ARGUMENT` naming `ns` (the message says
+ * where the clock is), and the clock does not move.
  *
  * # Safety
  * `clock` must be NULL (an error) or a live clock from
@@ -1013,7 +1017,8 @@ llmgov_result llmgov_manual_clock_advance(const struct llmgov_manual_clock *cloc
 
 /**
  * Sets the clock to `ns` if that is later than its reading; a manual clock
- * never goes backwards (an earlier `ns` does nothing).
+ * never goes backwards (an earlier `ns` does nothing). An `ns` past 2^63
+ * is refused as by `llmgov_manual_clock_advance`.
  *
  * # Safety
  * As `llmgov_manual_clock_advance`.

@@ -188,17 +188,6 @@ static void bad_paths_and_numbers(const llmgov_governor *gov) {
                  "provider");
     CHECK(tokens == 9);
 
-    /* A clock advanced past the end of time stops there. */
-    llmgov_manual_clock *clock = llmgov_manual_clock_new(UINT64_MAX - 5);
-    CHECK_OK(llmgov_manual_clock_advance(clock, UINT64_MAX));
-    uint64_t now = 0;
-    CHECK_OK(llmgov_manual_clock_now(clock, &now));
-    CHECK(now == UINT64_MAX);
-    CHECK_OK(llmgov_manual_clock_set(clock, 3)); /* never backwards */
-    CHECK_OK(llmgov_manual_clock_now(clock, &now));
-    CHECK(now == UINT64_MAX);
-    llmgov_manual_clock_free(clock);
-
     /* A config value with a NUL in it is quoted back with the NUL escaped. */
     const llmgov_governor *out_gov = UNTOUCHED;
     CHECK_RESULT(llmgov_governor_from_json("{\"scopes\":{\"a\":{\"limits\":[{\"dimension\":\"to\\u0000kens\","
@@ -207,6 +196,52 @@ static void bad_paths_and_numbers(const llmgov_governor *gov) {
                  LLMGOV_RESULT_INVALID_CONFIG);
     CHECK_CONTAINS(last_error().message, "to\\0kens");
     CHECK(out_gov == UNTOUCHED);
+}
+
+/* A manual clock ends at 2^63 ns (as the Python binding's): it starts there
+ * at the latest, a step past it is refused naming `ns` and moves nothing,
+ * and a governor on a clock at its end still admits. */
+static void a_manual_clock_ends_at_2_to_63_ns(void) {
+    const uint64_t end = UINT64_C(1) << 63;
+    llmgov_manual_clock *clock = llmgov_manual_clock_new(UINT64_MAX);
+    uint64_t now = 0;
+    CHECK_OK(llmgov_manual_clock_now(clock, &now));
+    CHECK(now == end);
+    llmgov_manual_clock_free(clock);
+    clock = llmgov_manual_clock_new(end - 5);
+    CHECK_FAILED(llmgov_manual_clock_advance(clock, UINT64_MAX), LLMGOV_RESULT_INVALID_ARGUMENT, "ns");
+    CHECK_STR(last_error().value, "18446744073709551615");
+    CHECK_FAILED(llmgov_manual_clock_advance(clock, 6), LLMGOV_RESULT_INVALID_ARGUMENT, "ns");
+    llmgov_error e = last_error();
+    CHECK_STR(e.code, "invalid_argument");
+    CHECK_STR(e.message, "argument `ns` = `6`: would move the clock (now 9223372036854 ms) past 2^63 ns, "
+                         "about 292 years");
+    CHECK_FAILED(llmgov_manual_clock_set(clock, end + 1), LLMGOV_RESULT_INVALID_ARGUMENT, "ns");
+    CHECK_FAILED(llmgov_manual_clock_set(clock, UINT64_MAX), LLMGOV_RESULT_INVALID_ARGUMENT, "ns");
+    CHECK_OK(llmgov_manual_clock_now(clock, &now));
+    CHECK(now == end - 5);
+    CHECK_OK(llmgov_manual_clock_advance(clock, 5)); /* to the end exactly */
+    CHECK_OK(llmgov_manual_clock_now(clock, &now));
+    CHECK(now == end);
+    CHECK_OK(llmgov_manual_clock_set(clock, 3)); /* never backwards */
+    CHECK_OK(llmgov_manual_clock_set(clock, end));
+    CHECK_OK(llmgov_manual_clock_advance(clock, 0));
+    CHECK_OK(llmgov_manual_clock_now(clock, &now));
+    CHECK(now == end);
+    const llmgov_governor *late = NULL;
+    CHECK_OK(llmgov_governor_from_toml(CONFIG, clock, &late));
+    const char *path = "openai/org";
+    llmgov_request request = {0};
+    request.input_tokens = 10;
+    CHECK_OK(llmgov_governor_route(late, &path, 1, &request.route));
+    llmgov_permit *permit = NULL;
+    CHECK_OK(llmgov_governor_try_acquire(late, &request, &permit));
+    llmgov_usage usage = {0};
+    usage.input_tokens = 10;
+    CHECK_OK(llmgov_permit_settle(permit, usage));
+    llmgov_permit_free(permit);
+    llmgov_governor_free(late);
+    llmgov_manual_clock_free(clock);
 }
 
 /* Two governors of one config intern their first route at the same index:
@@ -382,6 +417,7 @@ int main(void) {
     null_arguments(gov, permit);
     invalid_utf8(gov);
     bad_paths_and_numbers(gov);
+    a_manual_clock_ends_at_2_to_63_ns();
     CHECK_OK(llmgov_permit_cancel(permit));
     llmgov_permit_free(permit);
     a_route_of_another_governor_is_refused(gov, clock);
