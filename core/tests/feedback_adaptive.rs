@@ -131,6 +131,25 @@ fn a_limit_left_unset_is_discovered_from_the_headers() {
     assert_eq!(limit(&gov, "openai/org", Dimension::Tokens).available, 500, "refilling at 30000 a minute");
 }
 
+/// Before its limit is learned a provider scope admits one request a
+/// window, to learn it from the answer. A request cancelled (never sent)
+/// gives its admission back; one settled (sent, answered) keeps it.
+#[test]
+fn a_cancelled_request_gives_back_the_admission_an_unlearned_limit_allows() {
+    let (gov, _clock) = gov_with(json!({"scopes": {"openai/org": {"provider": true, "limits": [
+        {"dimension": "tokens", "window": "1d"},
+    ]}}}));
+    let route = gov.route(&["openai/org"]).unwrap();
+    let request = Request::new(route).input_tokens(100).max_output_tokens(50);
+    let mut cancelled = gov.try_acquire(&request).unwrap();
+    assert!(gov.try_acquire(&request).is_err(), "one request a window until the provider says");
+    gov.cancel(&mut cancelled).unwrap();
+    let mut settled = gov.try_acquire(&request).expect("the cancelled request's admission is back");
+    gov.settle(&mut settled, llmgov::Usage::new(100, 10)).unwrap();
+    let refused = gov.try_acquire(&request).unwrap_err();
+    assert!(matches!(refused, Error::RateLimited { .. }), "a sent request keeps its admission: {refused}");
+}
+
 #[test]
 fn output_streamed_before_a_limit_is_learned_costs_no_windows_of_debt() {
     let (gov, clock) = gov_with(json!({"scopes": {"openai/org": {"provider": true, "limits": [

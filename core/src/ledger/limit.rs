@@ -283,6 +283,18 @@ impl Limit {
         }
     }
 
+    /// [`Self::adjust_paced`] for a request never sent, which reserved
+    /// `charged`: given back as [`Pace::cancel_refund_ns`] says.
+    pub fn cancel_paced(&self, bucket: &Bucket, charged: u64, acquired_at: u64, now: u64, pace: &Pace) {
+        match (&self.rule, bucket) {
+            (Rule::TokenBucket(p), Bucket::Tat(tat)) => {
+                let floor = pace.refund_floor(now, p.tau_ns());
+                p.refund_ns_above(tat, pace.cancel_refund_ns(self.shape(p), charged), now, floor)
+            }
+            _ => self.adjust(bucket, charged, 0, acquired_at, now),
+        }
+    }
+
     /// The shape a pace needs, for this limit's token-bucket parameters.
     #[inline]
     pub fn shape<'a>(&self, params: &'a GcraParams) -> Shape<'a> {

@@ -282,12 +282,15 @@ impl Ledger {
         let route = self.registry.route_entry(permit.route.id);
         let price = route.price.as_ref();
         let charged = Costs::of(&permit.charged, permit.charged_expected_output, price);
+        let sent = actual.is_some();
         let actual = actual.map_or(Costs::NONE, |usage| Costs::actual(usage, price));
         self.for_each_limit(permit, |limit, bucket, pace| {
-            if limit.dimension == crate::Dimension::Concurrency {
-                limit.release(bucket, permit.ttl_slot);
-            } else if limit.cost(&charged) != limit.cost(&actual) {
-                adjust(limit, bucket, limit.cost(&charged), limit.cost(&actual), permit.acquired_at, now, pace);
+            let (cost, at) = (limit.cost(&charged), permit.acquired_at);
+            match pace {
+                _ if limit.dimension == crate::Dimension::Concurrency => limit.release(bucket, permit.ttl_slot),
+                _ if cost == limit.cost(&actual) => {}
+                Some(pace) if !sent => limit.cancel_paced(bucket, cost, at, now, pace),
+                _ => adjust(limit, bucket, cost, limit.cost(&actual), at, now, pace),
             }
         });
         let (id, slot, at, parts) = (permit.route.id, permit.ttl_slot, self.ttl.index(now), &CostParts::of(&charged));

@@ -129,6 +129,19 @@ impl Pace {
         }
     }
 
+    /// What the `units` of a request never sent are worth in time when
+    /// given back: as [`Self::refund_ns`], except on a limit still waiting
+    /// to learn its amount. There the request took the window's one
+    /// admission, whatever its size (see [`Self::overage_ns`]), and gives
+    /// it back whole: no answer will teach the limit for it.
+    pub fn cancel_refund_ns(&self, shape: Shape, units: u64) -> u64 {
+        let (_, amount) = unpack(self.word.load(Ordering::Relaxed));
+        match (shape.discovered, amount) {
+            (true, 0) => self.charge_ns(shape, units),
+            _ => self.refund_ns(shape, units),
+        }
+    }
+
     /// Notes that a 429 holds the bucket empty until `until`, so that
     /// refunds made meanwhile cannot reopen it (see [`Self::refund_floor`]).
     pub fn hold_empty_until(&self, until: u64) {
