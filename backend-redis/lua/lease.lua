@@ -12,10 +12,12 @@
 --     still on record: so a call run twice (retried after a lost reply) never refunds twice;
 --   give back < 0: units charged beyond the lease at settle (always charged).
 -- A lease is recorded as the GCRA time it took from each field, so any
--- process can give it back whatever its own config says. Expired leases of
--- any process are reaped first: their whole grant goes back, so a crashed
+-- process can give it back whatever its own config says. The caller's own
+-- record is settled first (its unused part back); then expired leases of
+-- other processes are reaped: their whole grant goes back, so a crashed
 -- process's share returns within one TTL (what it had used of it is the
--- over-admission bound).
+-- over-admission bound). A live process returns its lease before it
+-- expires, used up or not, so that no reaping refunds what it used.
 -- Returns {epoch, reset, g1, g2, ...}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -62,10 +64,9 @@ local function give_back_record(id)
   redis.call('ZREM', expiries, id)
 end
 
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', expiries, '-inf', now)) do
-  give_back_record(id)
-end
-
+-- This process's own record first, expired or not: it knows what it used
+-- of it, and gives back only the rest (reaped, the whole grant would go
+-- back, what it used included).
 local record = redis.call('HGET', leases, ARGV[4])
 local mine = record and ARGV[7] ~= '' and string.match(record, '^([^|]*)|') == ARGV[7] and ARGV[6] == epoch
 redis.call('HDEL', leases, ARGV[4])
@@ -77,6 +78,10 @@ for i = 1, n do
   elseif mine then
     shift(arg(i, 1), math.floor(give * interval))
   end
+end
+
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', expiries, '-inf', now)) do
+  give_back_record(id)
 end
 
 local reply = {epoch, reset}

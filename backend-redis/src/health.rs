@@ -50,6 +50,11 @@ impl HealthState {
         now >= due && self.next_retry_ns.compare_exchange(due, next, Ordering::AcqRel, Ordering::Acquire).is_ok()
     }
 
+    /// Whether the last call to Redis failed (and none has succeeded since).
+    pub fn degraded(&self) -> bool {
+        self.degraded.load(Ordering::Acquire)
+    }
+
     pub fn on_error(&self, error: &redis::RedisError, now: u64, retry_interval: Duration) {
         self.redis_errors.fetch_add(1, Ordering::Relaxed);
         *self.last_error.lock() = Some(error.to_string());

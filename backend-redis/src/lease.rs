@@ -169,9 +169,16 @@ impl LocalLease {
         self.deadline_ns.load(Ordering::Acquire)
     }
 
-    /// Whether anything is held or owed (worth returning).
+    /// Whether anything is held or owed.
     pub fn holds_anything(&self) -> bool {
         self.remaining.iter().chain(self.debt.iter()).any(|a| a.load(Ordering::Acquire) > 0)
+    }
+
+    /// Whether Redis may hold a record of the lease, even used up. Left to
+    /// expire there, a record is reaped as a dead process's: its whole
+    /// grant back, what this process used of it included.
+    pub fn has_record(&self) -> bool {
+        self.token.lock().is_some()
     }
 }
 

@@ -84,7 +84,8 @@ impl Inner {
             Ok(grant) => {
                 self.saw_epoch(i, &grant.epoch, grant.reset);
                 *lease.epoch.lock() = Some(grant.epoch);
-                *lease.token.lock() = Some(token);
+                // Redis records only a lease that granted something.
+                *lease.token.lock() = grant.grants.iter().any(|&g| g > 0).then_some(token);
                 // Counted from before the call, so it ends before Redis's expiry.
                 let usable = ttl.as_nanos() as u64 / 10 * 9;
                 lease.install(&grant.grants, now.saturating_add(usable));
@@ -97,10 +98,13 @@ impl Inner {
         }
     }
 
-    /// Returns every lease whose local deadline falls before `horizon`.
+    /// Returns every lease whose local deadline falls before `horizon`:
+    /// what it holds or owes, and its record in Redis even if used up (but
+    /// not while Redis is away: the requests' probes find out when it is back).
     pub(crate) fn return_leases(&self, horizon: u64) {
         for (i, lease) in self.leases.iter().enumerate() {
-            if self.scopes[i].mode != Mode::Leased || !lease.holds_anything() || lease.deadline() > horizon {
+            let due = lease.holds_anything() || (lease.has_record() && !self.health.degraded());
+            if self.scopes[i].mode != Mode::Leased || !due || lease.deadline() > horizon {
                 continue;
             }
             let _renewing = lease.renewing.lock();

@@ -145,3 +145,42 @@ fn a_killed_process_over_admits_at_most_its_lease_and_its_share_returns_within_t
     assert!(total >= CRASH_LIMIT, "all of it: {total}");
     assert!(total <= CRASH_LIMIT + LEASE_CAP, "the stated bound: limit + the dead process's lease; {total}");
 }
+
+/// A scope of 4 requests a day, leases of at most 1 (4 expected processes).
+fn used_up_config(url: &str, prefix: &str) -> String {
+    format!(
+        r#"
+        [scopes."p/shared"]
+        limits = [{{ dimension = "requests", amount = 4, window = "1d" }}]
+        [redis]
+        url = "{url}"
+        prefix = "{prefix}"
+        expected_processes = 4
+        lease_ttl = "1s"
+        timeout = "{TIMEOUT}"
+        [redis.scopes."p/shared"]
+        mode = "leased"
+        "#
+    )
+}
+
+/// A live process's lease, used up, is still given back before it expires
+/// in Redis: left there, another process's renewal would reap it as a dead
+/// process's and refund the whole grant, what was used of it included.
+#[test]
+fn a_used_up_lease_of_a_live_process_is_returned_not_reaped() {
+    let Some(url) = redis_url("a_used_up_lease_of_a_live_process_is_returned_not_reaped") else { return };
+    let prefix = fresh_prefix("leased-used-up");
+    let (first, second) = (
+        RedisGovernor::from_toml(&used_up_config(&url, &prefix)).unwrap(),
+        RedisGovernor::from_toml(&used_up_config(&url, &prefix)).unwrap(),
+    );
+    let routes = (first.route(&["p/shared"]).unwrap(), second.route(&["p/shared"]).unwrap());
+    // Lease after lease of 1, the whole day's amount; no attempt after the
+    // last (a refused renewal would take the used-up lease's record away).
+    assert_eq!(drain(&first, &routes.0, 4), 4);
+    // Past the lease TTL: the first's used-up lease would have expired in Redis.
+    std::thread::sleep(Duration::from_millis(1500));
+    let later = drain(&second, &routes.1, 10) + drain(&first, &routes.0, 10);
+    assert_eq!(later, 0, "nothing came back: every unit was used");
+}
