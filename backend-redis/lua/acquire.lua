@@ -42,8 +42,11 @@ for i = 1, n do
   if kind == 'g' then
     local tat = tonumber(redis.call('HGET', state, field) or now)
     if tat < now then tat = now end
+    -- The fit is judged on exact times, the charge rounded up to the
+    -- microsecond: rounding the charge before the fit would refuse a
+    -- request of the whole burst for ever where burst * a is fractional.
+    local over = (tat - now) + cost * a - burst * a
     local new_tat = tat + math.ceil(cost * a)
-    local over = new_tat - now - burst * a
     if over > 0 then
       return {0, i, math.ceil(over), epoch, reset}
     end

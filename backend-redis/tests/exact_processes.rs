@@ -151,6 +151,33 @@ fn a_request_that_can_never_fit_is_told_at_once() {
     }
 }
 
+/// A request of the whole burst fits a full bucket, whatever the rounding
+/// of its refill time: at 1117 tokens a minute, a token takes a fractional
+/// 53715.3... microseconds, and such a request used to be refused for ever.
+#[test]
+fn a_request_of_the_whole_burst_fits_a_full_bucket() {
+    let Some(url) = redis_url("a_request_of_the_whole_burst_fits_a_full_bucket") else { return };
+    let text = format!(
+        r#"
+        [scopes."p/shared"]
+        limits = [{{ dimension = "tokens", amount = 1117, window = "1m" }}]
+        [redis]
+        url = "{url}"
+        prefix = "{}"
+        expected_processes = 2
+        timeout = "{TIMEOUT}"
+        [redis.scopes."p/shared"]
+        mode = "exact"
+        "#,
+        fresh_prefix("whole-burst")
+    );
+    let gov = RedisGovernor::from_toml(&text).unwrap();
+    let route = gov.route(&["p/shared"]).unwrap();
+    let permit = gov.try_acquire(&route, Usage::new(1117, 0));
+    assert!(permit.is_ok(), "{:?}", permit.err());
+    assert!(matches!(gov.try_acquire(&route, Usage::new(1, 0)), Err(Error::RateLimited { .. })), "and it is full");
+}
+
 #[test]
 fn a_request_on_two_shared_scopes_holds_both_or_neither() {
     let Some(url) = redis_url("a_request_on_two_shared_scopes_holds_both_or_neither") else { return };
