@@ -19,7 +19,7 @@ use crate::errors::{invalid, throw, OrThrow};
 use crate::events::EventSink;
 use crate::feedback::{classify, Classification};
 use crate::metrics::{metrics, metrics_json, Metrics};
-use crate::numbers::{count, millis};
+use crate::numbers::{clock_step, count, millis};
 use crate::permits::Permits;
 use crate::snapshot::{queue_metrics, snapshot, QueueMetrics, Snapshot};
 use crate::tagged;
@@ -336,10 +336,10 @@ impl NativeGovernor {
     #[napi(catch_unwind)]
     pub fn advance(&self, env: Env, ms: f64) -> Result<()> {
         self.with(&env, |s| {
-            let by = millis("ms", ms)?;
+            millis("ms", ms)?;
             match &s.manual {
                 Some(clock) => {
-                    clock.advance(by);
+                    clock.advance(clock_step("ms", ms, s.gov.clock().now())?);
                     s.gov.wake_waiters();
                     Ok(())
                 }

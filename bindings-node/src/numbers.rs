@@ -30,6 +30,23 @@ pub fn millis(field: &'static str, value: f64) -> Result<std::time::Duration, Er
     }
 }
 
+/// How far a manual clock may go: 2^63 ns (about 292 years), as in Python,
+/// so that deadlines and windows added to its reading stay far from
+/// overflowing (a clock at `u64::MAX` refuses everything "for 0 ms").
+pub const MANUAL_CLOCK_END_NS: u64 = 1 << 63;
+
+/// A manual clock's step of `ms` milliseconds (as [`millis`]) from `now_ns`,
+/// refused if it would take the clock past [`MANUAL_CLOCK_END_NS`].
+pub fn clock_step(field: &'static str, ms: f64, now_ns: u64) -> Result<std::time::Duration, Error> {
+    let by = millis(field, ms)?;
+    let left = MANUAL_CLOCK_END_NS - now_ns.min(MANUAL_CLOCK_END_NS);
+    if by.as_nanos() > u128::from(left) {
+        let reason = format!("would move the clock (now {} ms) past 2^63 ns, about 292 years", now_ns / 1_000_000);
+        return Err(invalid(field, js(ms), reason));
+    }
+    Ok(by)
+}
+
 #[cold]
 fn bad_count(field: &'static str, value: f64) -> Error {
     let reason = if value.is_nan() {

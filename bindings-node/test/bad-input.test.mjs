@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 
 import llmgov from '../dist/index.js';
 
-const { Governor, InvalidConfigError, InvalidPathError, InvalidRequestError, UnknownScopeError, RetryPolicy, classifyResponse, countChatTokens, countTokens, governedFetch } = llmgov;
+const { Governor, InvalidConfigError, InvalidPathError, InvalidRequestError, RedisGovernor, UnknownScopeError, RetryPolicy, classifyResponse, countChatTokens, countTokens, estimateTokens, governedFetch } = llmgov;
 
 const CONFIG = { scopes: { 'openai/gpt-4o': { limits: [{ dimension: 'tokens', amount: 100000, window: '1m' }, { dimension: 'concurrency', amount: 10 }] } } };
 const gov = () => Governor.fromJson(CONFIG, { clock: 'manual' });
@@ -352,4 +352,109 @@ test('paths, profiles and classes: a lone surrogate is refused, not read as U+FF
   assert.equal(g.snapshot().admitted, 0, 'nothing was reserved');
   // A surrogate pair is a character like any other.
   g.tryAcquire({ paths: ['tenants/\uD83D\uDE00'] }).cancel();
+});
+
+test('tryAcquire: an unknown key is refused whatever input is given, not admitted without its count', () => {
+  const g = Governor.fromJson({
+    scopes: { 'openai/org': { limits: [{ dimension: 'tokens', amount: 100000, window: '1m' }] } },
+    profiles: { 'gpt-4o': { deployments: ['openai/org'] } },
+  }, { clock: 'manual' });
+  const route = g.route(['openai/org']);
+  const didYouMean = (field, value, near) => (e) => invalid(field, value)(e) && e.reason.includes(`did you mean ${near}?`);
+  // Admitted, these would reserve 5000 input and no output at all.
+  assert.throws(() => g.tryAcquire({ route, inputTokens: 5000, maxOutputToken: 4000 }), didYouMean('maxOutputToken', '4000', 'maxOutputTokens'));
+  assert.throws(() => g.tryAcquire({ route, inputTokens: 5000, max_output_tokens: 4000 }), didYouMean('max_output_tokens', '4000', 'maxOutputTokens'));
+  assert.throws(() => g.tryAcquire({ paths: ['openai/org'], inputTokens: 5000, klas: 'batch' }), (e) => invalid('klas', '"batch"')(e) && /is not a field of a request/.test(e.reason));
+  assert.throws(() => g.tryAcquire({ route, text: 'hello', expectedOutputToken: 10 }), didYouMean('expectedOutputToken', '10', 'expectedOutputTokens'));
+  assert.throws(() => g.tryAcquire({ route, messages: [{ role: 'user', content: 'hi' }], cachedInputToken: 1 }), didYouMean('cachedInputToken', '1', 'cachedInputTokens'));
+  // The profile calls, with an input given too.
+  assert.throws(() => g.tryAcquireProfile({ profile: 'gpt-4o', inputTokens: 5000, maxOutputToken: 4000 }), didYouMean('maxOutputToken', '4000', 'maxOutputTokens'));
+  assert.equal(g.snapshot().admitted, 0, 'nothing was reserved');
+  assert.equal(g.livePermits(), 0);
+  // Every known key, explicitly undefined ones too, still passes.
+  g.tryAcquire({ route, inputTokens: 5000, maxOutputTokens: 4000, klass: undefined, model: 'gpt-4o' }).cancel();
+});
+
+test('settle: an output count under another shape\'s key is refused, not settled as 0 output', () => {
+  const g = gov();
+  const permit = g.tryAcquire({ paths: ['openai/gpt-4o'], inputTokens: 100, maxOutputTokens: 500 });
+  const misplaced = (key, value, inputKey, outputKey) => (e) => {
+    invalid(`usage.${key}`, value)(e);
+    assert.equal(e.reason, `is not read: a usage with \`${inputKey}\` gives its output as \`${outputKey}\``);
+    return true;
+  };
+  assert.throws(() => permit.settle({ inputTokens: 100, output_tokens: 500 }), misplaced('output_tokens', '500', 'inputTokens', 'outputTokens'));
+  assert.throws(() => permit.settle({ inputTokens: 100, completion_tokens: 500 }), misplaced('completion_tokens', '500', 'inputTokens', 'outputTokens'));
+  assert.throws(() => permit.settle({ inputTokens: 100, outputToken: 500 }), misplaced('outputToken', '500', 'inputTokens', 'outputTokens'));
+  assert.throws(() => permit.settle({ prompt_tokens: 100, output_tokens: 500 }), misplaced('output_tokens', '500', 'prompt_tokens', 'completion_tokens'));
+  assert.throws(() => permit.settle({ prompt_tokens: 100, completion_tokens: null, completion_token: 5 }), misplaced('completion_token', '5', 'prompt_tokens', 'completion_tokens'));
+  assert.throws(() => permit.settle({ input_tokens: 100, completionTokens: 500 }), misplaced('completionTokens', '500', 'input_tokens', 'output_tokens'));
+  assert.throws(() => permit.settle({ input_tokens: 100, cache_read_input_tokens: 10, outputTokens: 500 }), misplaced('outputTokens', '500', 'input_tokens', 'output_tokens'));
+  assert.throws(() => permit.settle({ inputTokens: '100', Output_Tokens: 500 }), misplaced('Output_Tokens', '500', 'inputTokens', 'outputTokens'));
+  assert.equal(permit.state, 'pending');
+  assert.equal(tokensInUse(g), 600, 'still holding 100 + 500');
+  // Other keys SDKs send are ignored, and a null output is none.
+  const sdkExtras = { total_tokens: 600, output_tokens_details: { reasoning_tokens: 0 }, completion_tokens_details: { reasoning_tokens: 0 } };
+  permit.settle({ input_tokens: 100, output_tokens: null, ...sdkExtras });
+  assert.equal(tokensInUse(g), 100);
+  const second = g.tryAcquire({ paths: ['openai/gpt-4o'], inputTokens: 100, maxOutputTokens: 500 });
+  second.settle({ prompt_tokens: 100, completion_tokens: 7, ...sdkExtras });
+  assert.equal(tokensInUse(g), 207);
+});
+
+test('advance: a step past 2^63 ns is refused, and the manual clock keeps working', () => {
+  const g = Governor.fromJson({ scopes: { a: { limits: [{ dimension: 'tokens', amount: 100, window: '1m' }] } } }, { clock: 'manual' });
+  const pastTheEnd = (shown, nowMs) => (e) => {
+    invalid('ms', shown)(e);
+    assert.equal(e.reason, `would move the clock (now ${nowMs} ms) past 2^63 ns, about 292 years`);
+    return true;
+  };
+  assert.throws(() => g.advance(Number.MAX_SAFE_INTEGER), pastTheEnd('9007199254740991', 0));
+  assert.throws(() => g.advance(2 ** 63 / 1e6 + 1), pastTheEnd('9223372036855.775', 0));
+  assert.equal(g.nowMs(), 0, 'the clock did not move');
+  const route = g.route(['a']);
+  g.tryAcquire({ route, inputTokens: 100 }).settle({ inputTokens: 100 });
+  g.advance(60_000);
+  g.tryAcquire({ route, inputTokens: 100 }).settle({ inputTokens: 100 });
+  // Up to the end is allowed, and the limits still refill there.
+  g.advance(2 ** 63 / 1e6 - 120_000);
+  g.tryAcquire({ route, inputTokens: 100 }).settle({ inputTokens: 100 });
+  assert.throws(() => g.tryAcquire({ route, inputTokens: 100 }), (e) => e.code === 'rate_limited' && e.retryAfterMs > 0);
+  g.advance(60_000);
+  assert.throws(() => g.advance(1), pastTheEnd('1', 9223372036854));
+  g.tryAcquire({ route, inputTokens: 100 }).cancel();
+
+  // A RedisGovernor's manual clock too (advance never reaches Redis).
+  const redis = RedisGovernor.fromToml('[scopes.a]\nlimits = [{ dimension = "requests", amount = 1, window = "1s" }]\n[redis]\nurl = "redis://127.0.0.1:1"\nprefix = "bad-input"\nexpected_processes = 1', { clock: 'manual' });
+  assert.throws(() => redis.advance(Number.MAX_SAFE_INTEGER), pastTheEnd('9007199254740991', 0));
+  assert.equal(redis.nowMs(), 0);
+  redis.advance(1_000);
+  assert.equal(redis.nowMs(), 1_000);
+});
+
+test('text and messages: a lone surrogate is refused, not counted as U+FFFD nor reported as bad JSON', () => {
+  const g = gov();
+  const route = g.route(['openai/gpt-4o']);
+  const lone = (field, value) => (e) => {
+    invalid(field, value === undefined ? undefined : JSON.stringify(value))(e);
+    assert.equal(e.reason, 'is not valid Unicode (lone surrogates)');
+    return true;
+  };
+  assert.throws(() => g.tryAcquire({ route, text: 'a\ud800b' }), lone('text', 'a\ud800b'));
+  assert.throws(() => g.tryAcquire({ route, text: '\udfff' }), lone('text', '\udfff'));
+  assert.throws(() => countTokens('a\ud800b'), lone('text', 'a\ud800b'));
+  assert.throws(() => estimateTokens('a\udc00'), lone('text', 'a\udc00'));
+  assert.throws(() => g.tryAcquire({ route, messages: [{ role: 'user', content: 'a\ud800b' }] }), lone('messages[0].content', 'a\ud800b'));
+  const parts = [{ role: 'system', content: 'ok' }, { role: 'user', content: [{ type: 'text', text: 'fine' }, { type: 'text', text: 'x\udbff' }] }];
+  assert.throws(() => g.tryAcquire({ route, messages: parts }), lone('messages[1].content[1].text', 'x\udbff'));
+  assert.throws(() => countChatTokens([{ role: 'user', name: '\ud83d', content: 'hi' }], 'gpt-4o'), lone('messages[0].name', '\ud83d'));
+  const tools = [{ type: 'function', function: { name: 'f', description: 'd\ude00' } }];
+  assert.throws(() => g.tryAcquire({ route, messages: [{ role: 'user', content: 'hi' }], tools }), lone('tools[0].function.description', 'd\ude00'));
+  assert.equal(g.snapshot().admitted, 0, 'nothing was reserved');
+  // Surrogate pairs, and a backslash before `ud800` in the text, are fine.
+  const pair = countChatTokens([{ role: 'user', content: 'smile \ud83d\ude00' }], 'gpt-4o');
+  assert.ok(pair > 0);
+  assert.ok(countChatTokens([{ role: 'user', content: 'a \\ud800 \\\\udfff' }], 'gpt-4o') > 0);
+  assert.ok(countTokens('\ud83d\ude00') > 0);
+  g.tryAcquire({ route, text: 'a \\ud800 b' }).cancel();
 });

@@ -108,6 +108,12 @@ test('settle refunds the unused output, from an SDK usage object too', { skip: N
   assert.equal(first.state, 'settled');
   assert.deepEqual(first.charged, { inputTokens: 100, cachedInputTokens: 0, outputTokens: 10 });
   const second = await b.tryAcquire(other); // 110 + 800 fit
+  // An output count under another shape's key is refused, not settled as 0 output.
+  const misplaced = (e) => e instanceof InvalidRequestError && e.field === 'usage.output_tokens' && e.value === '5'
+    && e.reason === 'is not read: a usage with `inputTokens` gives its output as `outputTokens`';
+  await assert.rejects(second.settle({ inputTokens: 100, output_tokens: 5 }), misplaced);
+  await assert.rejects(second.settle({ inputTokens: '100', output_tokens: 5 }), misplaced);
+  assert.equal(second.state, 'pending');
   await second.settle({ inputTokens: 100, outputTokens: 5 });
 });
 

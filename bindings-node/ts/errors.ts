@@ -161,16 +161,23 @@ export function invalidArgument(field: string, value: unknown, reason: string): 
   return error;
 }
 
+/** Why a string holding a lone UTF-16 surrogate is refused (Python's wording). */
+export const LONE_SURROGATE = 'is not valid Unicode (lone surrogates)';
+
+/** Whether `value` holds no lone UTF-16 surrogate. */
+export function isWellFormed(value: string): boolean {
+  // `isWellFormed` is Node 20's, newer than the ES2022 library typed here.
+  return (value as unknown as { isWellFormed(): boolean }).isWellFormed();
+}
+
 /**
  * `value`, refused if it holds a lone UTF-16 surrogate: the addon reads
  * strings as UTF-8, where it would become U+FFFD, so `'a\uD800'` and
- * `'a\uD801'` would name one scope (or class) between them.
+ * `'a\uD801'` would name one scope (or class, or count as one text)
+ * between them.
  */
 export function wellFormed(field: string, value: string): string {
-  // `isWellFormed` is Node 20's, newer than the ES2022 library typed here.
-  if (!(value as unknown as { isWellFormed(): boolean }).isWellFormed()) {
-    throw invalidArgument(field, value, 'holds a lone UTF-16 surrogate, which has no UTF-8 form');
-  }
+  if (!isWellFormed(value)) throw invalidArgument(field, value, LONE_SURROGATE);
   return value;
 }
 

@@ -4,7 +4,7 @@
  */
 import native, { Classification, NativeGovernor, PermitInfo, ProfileGrant } from './native';
 import { invalidArgument } from './errors';
-import { AnyUsage, normalizeUsage } from './usage';
+import { AnyUsage, normalizeUsage, outputOf } from './usage';
 import { flattenHeaders, HeadersLike } from './headers';
 import { BodyLike, bodyText, checkStatus } from './feedback';
 import { ARGS, count, optionalCount } from './hot';
@@ -74,7 +74,8 @@ export class Permit {
     if (u !== null && typeof u === 'object' && typeof u.inputTokens === 'number') {
       input = u.inputTokens;
       cached = optionalCount('cachedInputTokens', u.cachedInputTokens);
-      output = optionalCount('outputTokens', u.outputTokens);
+      // Absent, refused if another key names the output (`output_tokens`).
+      output = u.outputTokens === undefined ? outputOf(u, 'inputTokens', 'outputTokens') : count('outputTokens', u.outputTokens);
     } else {
       [input, cached, output] = normalizeUsage(usage);
       count('inputTokens', input);

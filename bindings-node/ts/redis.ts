@@ -10,7 +10,7 @@ import { invalidArgument, jsonOf, knownKeys, wellFormed } from './errors';
 import { count, optionalCount } from './hot';
 import { AcquireRequest, GovernorOptions, inputOf, looksLikePath, manual, readConfig } from './governor';
 import { signalOf } from './waiting';
-import { AnyUsage, normalizeUsage } from './usage';
+import { AnyUsage, normalizeUsage, outputOf } from './usage';
 import type { Metrics, Snapshot } from './native';
 
 type NativeRedisGovernor = InstanceType<typeof native.NativeRedisGovernor>;
@@ -207,7 +207,7 @@ export class RedisGovernor {
     knownKeys(request, fields, 'a Redis request');
     return [
       this.#routeOf(request),
-      inputOf(request, fields),
+      inputOf(request),
       optionalCount('cachedInputTokens', request.cachedInputTokens),
       optionalCount('maxOutputTokens', request.maxOutputTokens),
     ];
@@ -291,7 +291,8 @@ export class RedisPermit {
 function usageCounts(usage: AnyUsage): [number, number, number] {
   const u = usage as { inputTokens?: unknown; outputTokens?: unknown; cachedInputTokens?: unknown };
   if (u !== null && typeof u === 'object' && typeof u.inputTokens === 'number') {
-    return [u.inputTokens, optionalCount('cachedInputTokens', u.cachedInputTokens), optionalCount('outputTokens', u.outputTokens)];
+    const output = u.outputTokens === undefined ? outputOf(u, 'inputTokens', 'outputTokens') : count('outputTokens', u.outputTokens);
+    return [u.inputTokens, optionalCount('cachedInputTokens', u.cachedInputTokens), output];
   }
   const [input, cached, output] = normalizeUsage(usage);
   return [count('inputTokens', input), count('cachedInputTokens', cached), count('outputTokens', output)];

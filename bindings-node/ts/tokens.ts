@@ -3,7 +3,7 @@
  * nothing is downloaded) and its fast estimate.
  */
 import native from './native';
-import { invalidArgument, jsonOf } from './errors';
+import { invalidArgument, isWellFormed, jsonOf, LONE_SURROGATE, wellFormed } from './errors';
 
 function modelName(model: unknown): string | undefined {
   if (model === undefined || typeof model === 'string') return model;
@@ -13,13 +13,13 @@ function modelName(model: unknown): string | undefined {
 /** Exact tokens of `text` in the encoding `model` uses (gpt-4o's by default). */
 export function countTokens(text: string, model?: string): number {
   if (typeof text !== 'string') throw invalidArgument('text', text, 'must be a string');
-  return native.countTokens(text, modelName(model));
+  return native.countTokens(wellFormed('text', text), modelName(model));
 }
 
 /** The fast estimate of `text` in o200k tokens: no BPE, about 6.5% median error. */
 export function estimateTokens(text: string): number {
   if (typeof text !== 'string') throw invalidArgument('text', text, 'must be a string');
-  return native.estimateTokens(text);
+  return native.estimateTokens(wellFormed('text', text));
 }
 
 /**
@@ -33,7 +33,46 @@ export function countChatTokens(messages: readonly unknown[], model: string, too
   if (typeof model !== 'string') throw invalidArgument('model', model, 'must be a model name');
   messages.forEach(checkMessage);
   if (tools !== undefined && tools !== null && !Array.isArray(tools)) throw invalidArgument('tools', tools, 'must be an array of tool definitions');
-  return native.nativeCountChatTokens(jsonOf('messages', messages), model, tools ? jsonOf('tools', tools) : undefined);
+  const json = wellFormedJson('messages', messages, jsonOf('messages', messages));
+  const toolsJson = tools ? wellFormedJson('tools', tools, jsonOf('tools', tools)) : undefined;
+  return native.nativeCountChatTokens(json, model, toolsJson);
+}
+
+/**
+ * A lone surrogate's escape in JSON.stringify's text (`\ud800`, behind an
+ * even number of backslashes): it escapes nothing else in that range, as
+ * it writes a surrogate pair as itself.
+ */
+const LONE_ESCAPE = /(?<!\\)(?:\\\\)*\\ud[89a-f]/;
+
+/**
+ * `json` (of `value`, given as `field`), refused if it holds a lone UTF-16
+ * surrogate: the addon's JSON parser would fail on it ("unexpected end of
+ * hex escape"), and as UTF-8 it would be U+FFFD. The error names the
+ * string that holds it, e.g. `messages[0].content`.
+ */
+function wellFormedJson(field: string, value: unknown, json: string): string {
+  if (LONE_ESCAPE.test(json)) throw loneSurrogate(value, field) ?? invalidArgument(field, value, LONE_SURROGATE);
+  return json;
+}
+
+/** The error naming the first string (or key) in `value` holding a lone surrogate, if any. */
+function loneSurrogate(value: unknown, path: string): Error | undefined {
+  if (typeof value === 'string') return isWellFormed(value) ? undefined : invalidArgument(path, value, LONE_SURROGATE);
+  if (value === null || typeof value !== 'object') return undefined; // JSON.stringify had no cycle
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const error = loneSurrogate(value[i], `${path}[${i}]`);
+      if (error) return error;
+    }
+    return undefined;
+  }
+  for (const [key, item] of Object.entries(value)) {
+    if (!isWellFormed(key)) return invalidArgument(path, key, `has a key that ${LONE_SURROGATE}`);
+    const error = loneSurrogate(item, `${path}.${key}`);
+    if (error) return error;
+  }
+  return undefined;
 }
 
 /** A message is an object; its content, if any, text or an array of parts. */

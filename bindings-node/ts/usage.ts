@@ -56,25 +56,47 @@ export function normalizeUsage(usage: AnyUsage): [number, number, number] {
   const u = usage as Record<string, any>;
   if (present(u.prompt_tokens)) {
     const cached = u.prompt_tokens_details?.cached_tokens ?? 0;
-    return [u.prompt_tokens, cached, u.completion_tokens ?? 0];
+    return [u.prompt_tokens, cached, outputOf(u, 'prompt_tokens', 'completion_tokens')];
   }
   if (present(u.input_tokens)) {
+    const output = outputOf(u, 'input_tokens', 'output_tokens');
     if (present(u.cache_read_input_tokens) || present(u.cache_creation_input_tokens)) {
       // Anthropic counts cache reads and writes apart from input_tokens;
       // llmgov's input includes them, as OpenAI's prompt_tokens does.
       const read = u.cache_read_input_tokens ?? 0;
       const written = u.cache_creation_input_tokens ?? 0;
-      return [sum('input_tokens', u.input_tokens, read, written), read, u.output_tokens ?? 0];
+      return [sum('input_tokens', u.input_tokens, read, written), read, output];
     }
     const cached = u.input_tokens_details?.cached_tokens ?? 0;
-    return [u.input_tokens, cached, u.output_tokens ?? 0];
+    return [u.input_tokens, cached, output];
   }
-  if (present(u.inputTokens)) return [u.inputTokens, u.cachedInputTokens ?? 0, u.outputTokens ?? 0];
+  if (present(u.inputTokens)) return [u.inputTokens, u.cachedInputTokens ?? 0, outputOf(u, 'inputTokens', 'outputTokens')];
   throw invalidArgument(
     'usage',
     usage,
     'is not a usage: it has neither `prompt_tokens` (OpenAI) nor `input_tokens` (Anthropic) nor `inputTokens` (llmgov)',
   );
+}
+
+/**
+ * The output count of a usage of the shape `inputKey` chose (0 when
+ * `outputKey` is absent or `null`). Absent, another key naming an output
+ * count (`output_tokens` beside `inputTokens`, a misspelt
+ * `completion_token`) is refused rather than ignored: the settle would
+ * refund the whole output reservation. Other keys (`total_tokens`,
+ * `completion_tokens_details`) are ignored, as SDKs send them.
+ */
+export function outputOf(u: Record<string, any>, inputKey: string, outputKey: string): number {
+  const output = u[outputKey];
+  if (present(output)) return output;
+  for (const key in u) {
+    if (key === outputKey) continue; // there, but null
+    const squashed = key.toLowerCase().replace(/_/g, '').replace(/s$/, '');
+    if (squashed === 'outputtoken' || squashed === 'completiontoken') {
+      throw invalidArgument(`usage.${key}`, u[key], `is not read: a usage with \`${inputKey}\` gives its output as \`${outputKey}\``);
+    }
+  }
+  return 0;
 }
 
 function sum(field: string, ...parts: unknown[]): number {

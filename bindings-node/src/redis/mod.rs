@@ -20,7 +20,7 @@ use napi_derive::napi;
 
 use crate::errors::{invalid, reject_redis, throw, throw_redis, OrThrow};
 use crate::metrics::{metrics, Metrics};
-use crate::numbers::{count, millis};
+use crate::numbers::{clock_step, count, millis};
 use crate::snapshot::{snapshot, Snapshot};
 
 pub use permit::NativeRedisPermit;
@@ -236,10 +236,10 @@ impl NativeRedisGovernor {
     /// permit and lease expiry, reconnection pacing; Redis keeps its own time).
     #[napi(catch_unwind)]
     pub fn advance(&self, env: Env, ms: f64) -> Result<()> {
-        let by = millis("ms", ms).or_throw(&env)?;
+        millis("ms", ms).or_throw(&env)?;
         match &self.manual {
             Some(clock) => {
-                clock.advance(by);
+                clock.advance(clock_step("ms", ms, clock.now()).or_throw(&env)?);
                 Ok(())
             }
             None => Err(throw(
