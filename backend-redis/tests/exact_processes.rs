@@ -126,13 +126,12 @@ fn settle_refunds_and_charges_the_difference_in_redis() {
     c.settle(&mut again, Usage::new(500, 500)).unwrap();
 }
 
-#[test]
-fn a_request_that_can_never_fit_is_told_at_once() {
-    let Some(url) = redis_url("a_request_that_can_never_fit_is_told_at_once") else { return };
+/// A governor of one shared scope, `p/shared`, of `amount` tokens a minute.
+fn tokens_a_minute(url: &str, test: &str, amount: u64) -> RedisGovernor {
     let text = format!(
         r#"
         [scopes."p/shared"]
-        limits = [{{ dimension = "tokens", amount = 1000, window = "1m" }}]
+        limits = [{{ dimension = "tokens", amount = {amount}, window = "1m" }}]
         [redis]
         url = "{url}"
         prefix = "{}"
@@ -141,9 +140,15 @@ fn a_request_that_can_never_fit_is_told_at_once() {
         [redis.scopes."p/shared"]
         mode = "exact"
         "#,
-        fresh_prefix("never")
+        fresh_prefix(test)
     );
-    let gov = RedisGovernor::from_toml(&text).unwrap();
+    RedisGovernor::from_toml(&text).unwrap()
+}
+
+#[test]
+fn a_request_that_can_never_fit_is_told_at_once() {
+    let Some(url) = redis_url("a_request_that_can_never_fit_is_told_at_once") else { return };
+    let gov = tokens_a_minute(&url, "never", 1000);
     let route = gov.route(&["p/shared"]).unwrap();
     match gov.try_acquire(&route, Usage::new(900, 200)) {
         Err(Error::NeverFits { cost: 1100, burst: 1000, .. }) => {}
@@ -157,21 +162,7 @@ fn a_request_that_can_never_fit_is_told_at_once() {
 #[test]
 fn a_request_of_the_whole_burst_fits_a_full_bucket() {
     let Some(url) = redis_url("a_request_of_the_whole_burst_fits_a_full_bucket") else { return };
-    let text = format!(
-        r#"
-        [scopes."p/shared"]
-        limits = [{{ dimension = "tokens", amount = 1117, window = "1m" }}]
-        [redis]
-        url = "{url}"
-        prefix = "{}"
-        expected_processes = 2
-        timeout = "{TIMEOUT}"
-        [redis.scopes."p/shared"]
-        mode = "exact"
-        "#,
-        fresh_prefix("whole-burst")
-    );
-    let gov = RedisGovernor::from_toml(&text).unwrap();
+    let gov = tokens_a_minute(&url, "whole-burst", 1117);
     let route = gov.route(&["p/shared"]).unwrap();
     let permit = gov.try_acquire(&route, Usage::new(1117, 0));
     assert!(permit.is_ok(), "{:?}", permit.err());
