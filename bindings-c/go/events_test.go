@@ -37,15 +37,22 @@ func (l *eventLog) all() []llmgov.Event {
 	return append([]llmgov.Event(nil), l.events...)
 }
 
-func TestEventsReachTheCallback(t *testing.T) {
+// loggedGovernor is a governor of eventsConfig on a manual clock, its
+// events logged; both are closed when the test ends.
+func loggedGovernor(t *testing.T) (*llmgov.Governor, *llmgov.ManualClock, *eventLog) {
 	clock := llmgov.NewManualClock(0)
-	defer clock.Close()
+	t.Cleanup(func() { clock.Close() })
 	gov := must[*llmgov.Governor](t)(llmgov.FromTOML(eventsConfig, llmgov.WithClock(clock)))
-	defer gov.Close()
-	var log eventLog
+	t.Cleanup(func() { gov.Close() })
+	log := &eventLog{}
 	if err := gov.OnEvent(log.add); err != nil {
 		t.Fatal(err)
 	}
+	return gov, clock, log
+}
+
+func TestEventsReachTheCallback(t *testing.T) {
+	gov, clock, log := loggedGovernor(t)
 	route := must[llmgov.Route](t)(gov.Route("openai/org"))
 	permit := must[*llmgov.Permit](t)(gov.TryAcquire(llmgov.Request{Route: route, InputTokens: 500}))
 	batch := must[llmgov.Class](t)(gov.Class("batch"))

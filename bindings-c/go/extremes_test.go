@@ -70,14 +70,7 @@ func TestHugeRetryAftersSaturateAtTheLongestDuration(t *testing.T) {
 
 	// The same, fed back: the classification and the provider_rejected
 	// event (its retry_after_ms is u64::MAX).
-	clock := llmgov.NewManualClock(0)
-	defer clock.Close()
-	gov := must[*llmgov.Governor](t)(llmgov.FromTOML(eventsConfig, llmgov.WithClock(clock)))
-	defer gov.Close()
-	var log eventLog
-	if err := gov.OnEvent(log.add); err != nil {
-		t.Fatal(err)
-	}
+	gov, _, log := loggedGovernor(t)
 	route := must[llmgov.Route](t)(gov.Route("openai/org"))
 	permit := must[*llmgov.Permit](t)(gov.TryAcquire(llmgov.Request{Route: route, InputTokens: 1}))
 	c := must[llmgov.Classification](t)(permit.Report(429, http.Header{"Retry-After-Ms": {"99999999999999999999"}}, nil))
