@@ -101,7 +101,7 @@ fn output_tokens(usage: &Bound<'_, PyAny>, input_key: &str, output_key: &str) ->
             continue; // given as None
         }
         let squashed = key.to_lowercase().replace('_', "");
-        if matches!(squashed.trim_end_matches('s'), "outputtoken" | "completiontoken") {
+        if matches!(squashed.strip_suffix('s').unwrap_or(&squashed), "outputtoken" | "completiontoken") {
             let reason = format!("is not read: a usage with `{input_key}` gives its output as `{output_key}`");
             return Err(invalid(&format!("usage.{key}"), &value, reason));
         }
