@@ -426,3 +426,29 @@ fn a_template_deployment_made_late_ramps_from_when_it_was_made() {
     answer(&gov, &ok, 200, &[], b"{}");
     assert_eq!(key(&gov), 300);
 }
+
+#[test]
+fn a_learned_limit_lowered_while_a_request_is_in_flight_refunds_only_what_it_charged() {
+    let (gov, clock) = gov_with(json!({"scopes": {"openai/org": {"provider": true, "limits": [
+        {"dimension": "tokens", "window": "1m"},
+    ]}}}));
+    let route = gov.route(&["openai/org"]).unwrap();
+    let learn = |limit: &str| {
+        let feedback = classify_response(200, &[("x-ratelimit-limit-tokens", limit)], b"{}", ProviderHint::OpenAi, 0);
+        gov.observe(route, &feedback).unwrap();
+    };
+    learn("10000");
+    // Each costs half a minute at 10000 a minute: together, the whole bucket.
+    let mut unused = take(&gov, route, 5000);
+    let _in_flight = take(&gov, route, 5000);
+    learn("1000");
+    gov.settle(&mut unused, llmgov::Usage::new(0, 0)).unwrap();
+    // The refund is the half minute charged: 500 tokens at 1000 a minute,
+    // not 5000 tokens' worth at the new rate (the whole bucket again).
+    assert!(gov.try_acquire(&Request::new(route).input_tokens(600)).is_err(), "600 > the 500 refunded");
+    // A request acquired after the fall paid the new rate and gets it back.
+    clock.advance(Duration::from_millis(1));
+    let mut after = take(&gov, route, 500);
+    gov.settle(&mut after, llmgov::Usage::new(0, 0)).unwrap();
+    assert!(gov.try_acquire(&Request::new(route).input_tokens(500)).is_ok());
+}

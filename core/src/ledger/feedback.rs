@@ -196,7 +196,7 @@ impl Ledger {
                     remaining: find(&feedback.remaining, reports_on),
                     cool_until: cooled,
                 };
-                changed += usize::from(limit.feed_back(bucket, pace, word, now));
+                changed += usize::from(limit.feed_back(bucket, pace, word, now, self.ttl));
                 if cooled.is_some() {
                     pace.decrease(adaptive, sent_at, now);
                 } else if let (Some(true), Some(window)) = (verdict(feedback), limit.window_ns) {

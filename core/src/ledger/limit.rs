@@ -132,6 +132,10 @@ impl TtlSlots {
     pub fn expires_at(&self, index: u64) -> u64 {
         self.slot.start(index + TTL_SLOTS + 1)
     }
+    /// The longest a permit stays open: from its slot's start to its expiry.
+    pub fn permit_life_ns(&self) -> u64 {
+        self.slot.start(TTL_SLOTS + 1)
+    }
 }
 
 impl Limit {
@@ -277,7 +281,7 @@ impl Limit {
             }
             (Rule::TokenBucket(p), Bucket::Tat(tat)) => {
                 let floor = pace.refund_floor(now, p.tau_ns());
-                p.refund_ns_above(tat, pace.refund_ns(self.shape(p), charged - actual), now, floor)
+                p.refund_ns_above(tat, pace.refund_ns(self.shape(p), charged - actual, acquired_at), now, floor)
             }
             _ => self.adjust(bucket, charged, actual, acquired_at, now),
         }
@@ -289,7 +293,7 @@ impl Limit {
         match (&self.rule, bucket) {
             (Rule::TokenBucket(p), Bucket::Tat(tat)) => {
                 let floor = pace.refund_floor(now, p.tau_ns());
-                p.refund_ns_above(tat, pace.cancel_refund_ns(self.shape(p), charged), now, floor)
+                p.refund_ns_above(tat, pace.cancel_refund_ns(self.shape(p), charged, acquired_at), now, floor)
             }
             _ => self.adjust(bucket, charged, 0, acquired_at, now),
         }
@@ -311,10 +315,10 @@ impl Limit {
     /// its own `limit` (discovery), at most `remaining` left now, and
     /// nothing until `cool_until`. Other rules have no timeline to move and
     /// are left as they are. Returns whether anything applied.
-    pub fn feed_back(&self, bucket: &Bucket, pace: &Pace, word: ProviderWord, now: u64) -> bool {
+    pub fn feed_back(&self, bucket: &Bucket, pace: &Pace, word: ProviderWord, now: u64, ttl: TtlSlots) -> bool {
         let (Rule::TokenBucket(p), Bucket::Tat(tat)) = (&self.rule, bucket) else { return false };
         let shape = self.shape(p);
-        let discovered = word.limit.is_some_and(|limit| pace.discover(shape, limit));
+        let discovered = word.limit.is_some_and(|limit| pace.discover(shape, limit, now, ttl.permit_life_ns()));
         if let Some(remaining) = word.remaining {
             let room = pace.charge_ns(shape, remaining);
             if discovered && self.discovered {

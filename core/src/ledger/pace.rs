@@ -43,6 +43,11 @@ pub(crate) struct Pace {
     changed_at: AtomicU64,
     /// Until when a provider's 429 holds the bucket empty (0: never held).
     held_until: AtomicU64,
+    /// When a discovered amount last fell (0: never), and the largest
+    /// amount in effect in the permit lifetime before that: a request
+    /// acquired before the fall paid at most that much a unit.
+    lowered_at: AtomicU64,
+    amount_before: AtomicU64,
 }
 
 /// A limit's shape, as the pace needs it.
@@ -74,6 +79,8 @@ impl Pace {
             decreased_at: AtomicU64::new(0),
             changed_at: AtomicU64::new(now),
             held_until: AtomicU64::new(0),
+            lowered_at: AtomicU64::new(0),
+            amount_before: AtomicU64::new(0),
         }
     }
 
@@ -114,16 +121,21 @@ impl Pace {
         self.charge_ns(shape, units)
     }
 
-    /// What `units` are worth in time when given back: their configured
-    /// cost, which never exceeds what any pace charged for them (so refunds
-    /// never lift a configured limit); on a discovered limit, their cost at
-    /// the provider's amount.
-    pub fn refund_ns(&self, shape: Shape, units: u64) -> u64 {
-        let (_, amount) = unpack(self.word.load(Ordering::Relaxed));
+    /// What `units` of a request acquired at `acquired_at` are worth in
+    /// time when given back: their configured cost, which never exceeds
+    /// what any pace charged for them (so refunds never lift a configured
+    /// limit); on a discovered limit, their cost at the provider's amount,
+    /// or at the amount before a fall since the request paid (it paid less
+    /// a unit then, and a refund gives back no more than was paid).
+    pub fn refund_ns(&self, shape: Shape, units: u64, acquired_at: u64) -> u64 {
+        let (_, amount) = unpack(self.word.load(Ordering::Acquire));
         match (shape.discovered, amount) {
             (false, _) => shape.params.units_to_ns(units),
             (true, 0) => 0,
-            (true, amount) => {
+            (true, mut amount) => {
+                if acquired_at <= self.lowered_at.load(Ordering::Relaxed) {
+                    amount = amount.max(self.amount_before.load(Ordering::Relaxed));
+                }
                 ((units as f64 * shape.window_ns as f64 / amount as f64) as u64).min(shape.params.tau_ns())
             }
         }
@@ -134,11 +146,11 @@ impl Pace {
     /// to learn its amount. There the request took the window's one
     /// admission, whatever its size (see [`Self::overage_ns`]), and gives
     /// it back whole: no answer will teach the limit for it.
-    pub fn cancel_refund_ns(&self, shape: Shape, units: u64) -> u64 {
+    pub fn cancel_refund_ns(&self, shape: Shape, units: u64, acquired_at: u64) -> u64 {
         let (_, amount) = unpack(self.word.load(Ordering::Relaxed));
         match (shape.discovered, amount) {
             (true, 0) => self.charge_ns(shape, units),
-            _ => self.refund_ns(shape, units),
+            _ => self.refund_ns(shape, units, acquired_at),
         }
     }
 
@@ -181,17 +193,46 @@ impl Pace {
         ((base as u128 * rate as u128 + FULL_RATE as u128 / 2) / FULL_RATE as u128) as u64
     }
 
-    /// Takes the provider's own limit (per window) as the base amount: where
-    /// the config left it unset, or where it is lower than configured.
+    /// Takes the provider's own limit (per window) as the base amount:
+    /// where the config left it unset, or where it is lower than configured.
     /// Returns whether the base changed. A reported limit of 0 is no limit
     /// a provider enforces (it would refuse everything): it is ignored.
-    pub fn discover(&self, shape: Shape, reported: u64) -> bool {
+    /// `permit_life_ns` is how long a permit acquired now can be settled.
+    pub fn discover(&self, shape: Shape, reported: u64, now: u64, permit_life_ns: u64) -> bool {
         if reported == 0 {
             return false;
         }
         let amount = ((reported as f64 * shape.margin).floor() as u64).clamp(1, AMOUNT_MASK);
         let target = if !shape.discovered && amount >= shape.amount { 0 } else { amount };
-        self.update(|rate, base| (base != target).then_some((rate, target)))
+        let mut word = self.word.load(Ordering::Relaxed);
+        loop {
+            let (rate, base) = unpack(word);
+            if base == target {
+                return false;
+            }
+            if shape.discovered && target < base {
+                // Noted before the new amount is published (the exchange
+                // releases it), so a refund that reads the new amount also
+                // reads what was paid before it.
+                self.note_fall(base, now, permit_life_ns);
+            }
+            match self.word.compare_exchange_weak(word, pack(rate, target), Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Records that the discovered amount falls from `before` at `now`.
+    fn note_fall(&self, before: u64, now: u64, permit_life_ns: u64) {
+        let last = self.lowered_at.load(Ordering::Relaxed);
+        if last == 0 || now.saturating_sub(last) > permit_life_ns {
+            // No permit acquired before the last fall is still open.
+            self.amount_before.store(before, Ordering::Relaxed);
+        } else {
+            self.amount_before.fetch_max(before, Ordering::Relaxed);
+        }
+        self.lowered_at.fetch_max(now.max(1), Ordering::Release);
     }
 
     /// AIMD's decrease on a 429 for a request sent at `sent_at` (`None`:
