@@ -21,7 +21,9 @@ if not epoch then
   redis.call('HSET', state, 'epoch', epoch)
   if ARGV[1] ~= '' then
     -- The state vanished (a restart lost it) after this process saw it:
-    -- start every rate limit holding only the safe share, never a full bucket.
+    -- start every limit holding only the safe share, never a full bucket.
+    -- Concurrency holds the rest in placeholder slots for one slot TTL, by
+    -- when the live processes' heartbeats have added their slots again.
     reset = 1
     local share = tonumber(ARGV[3])
     for i = 1, n do
@@ -30,6 +32,12 @@ if not epoch then
         local interval, burst = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
         local held = math.floor(burst * share)
         redis.call('HSET', state, ARGV[b + 2], string.format('%.0f', now + (burst - held) * interval))
+      else
+        local capacity = tonumber(ARGV[b + 3])
+        local free = math.max(1, math.floor(capacity * share))
+        for k = 1, capacity - free do
+          redis.call('ZADD', slots, now + tonumber(ARGV[5]), 'restart:' .. epoch .. ':' .. k)
+        end
       end
     end
   end

@@ -80,6 +80,15 @@ pub(crate) struct Hold {
     pub(crate) reserved: Vec<u64>,
 }
 
+/// A concurrency slot this process holds in Redis.
+#[derive(Debug)]
+pub(crate) struct HeldSlot {
+    /// When its permit expires unsettled, on this process's clock.
+    pub(crate) expires: u64,
+    /// The state epoch it was taken under (or last added again under).
+    pub(crate) epoch: String,
+}
+
 pub(crate) struct Inner {
     /// Random id of this governor, carried by its routes and permits.
     owner: u64,
@@ -100,8 +109,8 @@ pub(crate) struct Inner {
     permit_ttl_ns: u64,
     /// The state epoch each shared scope had when this process last saw it.
     pub(crate) epochs: Vec<Mutex<Option<String>>>,
-    /// Concurrency slots held per shared scope, with when their permit expires.
-    pub(crate) held: Vec<Mutex<HashMap<String, u64>>>,
+    /// Concurrency slots held per shared scope, by slot id.
+    pub(crate) held: Vec<Mutex<HashMap<String, HeldSlot>>>,
     /// This process's lease per shared scope (used by leased scopes).
     pub(crate) leases: Vec<LocalLease>,
     /// What the safe share admitted while Redis was away, owed to Redis.

@@ -71,17 +71,34 @@ impl Inner {
     pub(crate) fn heartbeat(&self) {
         let now = self.clock.now();
         self.return_leases(now.saturating_add(self.keeper_period().as_nanos() as u64));
+        for i in 0..self.scopes.len() {
+            self.keep_slots(i, now);
+        }
+    }
+
+    /// Refreshes the slots held on scope `i`, and adds again those taken
+    /// under a state since lost.
+    pub(crate) fn keep_slots(&self, i: usize, now: u64) {
+        let slots: Vec<(String, String)> = {
+            let mut held = self.held[i].lock();
+            held.retain(|_, slot| slot.expires > now);
+            held.iter().map(|(id, slot)| (id.clone(), slot.epoch.clone())).collect()
+        };
+        if slots.is_empty() {
+            return;
+        }
         let ttl_us = self.settings.slot_ttl.as_micros() as u64;
-        for (i, scope) in self.scopes.iter().enumerate() {
-            let slots: Vec<String> = {
+        match self.store.heartbeat(&self.scopes[i], &slots, ttl_us) {
+            Ok(epoch) if !epoch.is_empty() => {
                 let mut held = self.held[i].lock();
-                held.retain(|_, &mut expires| expires > now);
-                held.keys().cloned().collect()
-            };
-            if slots.is_empty() {
-                continue;
+                for (id, _) in &slots {
+                    if let Some(slot) = held.get_mut(id) {
+                        slot.epoch.clone_from(&epoch);
+                    }
+                }
             }
-            if let Err(e) = self.store.heartbeat(scope, &slots, ttl_us) {
+            Ok(_) => {}
+            Err(e) => {
                 self.health.on_error(&e, now, self.settings.retry_interval);
                 self.store.drop_idle();
             }

@@ -26,7 +26,8 @@
 //!   ([`Health::fallback_admissions`]) and tries Redis again every
 //!   `retry_interval`. A scope whose state vanished (a restart without
 //!   persistence) after this process saw it restarts at the safe share, not
-//!   at a full bucket.
+//!   at a full bucket or with every concurrency slot free; live processes
+//!   add the slots they have in flight back at their next heartbeat.
 //! - Only ids are stored: scope paths, random process and slot ids, GCRA
 //!   times. No request content and no API key material.
 //!

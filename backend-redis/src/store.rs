@@ -223,15 +223,19 @@ impl Store {
         self.with(&|c| whole.invoke::<i64>(c), &|c| charges.invoke::<i64>(c)).map(drop)
     }
 
-    /// Extends the expiry of `slots` held on `scope`.
-    pub fn heartbeat(&self, scope: &SharedScope, slots: &[String], ttl_us: u64) -> RedisResult<()> {
+    /// Extends the expiry of the slots held on `scope`, each given with the
+    /// state epoch it was taken under; a slot of another epoch (the state
+    /// was lost since) is added again. Returns the state's epoch now ("" if
+    /// it has none).
+    pub fn heartbeat(&self, scope: &SharedScope, slots: &[(String, String)], ttl_us: u64) -> RedisResult<String> {
         let mut call = self.heartbeat.key(&scope.slots_key);
-        call.arg(ttl_us);
-        for slot in slots {
-            call.arg(slot);
+        call.key(&scope.state_key).arg(ttl_us);
+        for (slot, epoch) in slots {
+            call.arg(slot).arg(epoch);
         }
-        let run = |c: &mut Connection| call.invoke::<i64>(c);
-        self.with(&run, &run).map(drop)
+        // Run twice, it refreshes twice: no harm.
+        let run = |c: &mut Connection| call.invoke::<String>(c);
+        self.with(&run, &run)
     }
 }
 

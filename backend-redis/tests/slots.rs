@@ -16,6 +16,10 @@ const SLOTS: usize = 4;
 const SLOT_TTL_S: u64 = 2;
 
 fn config(url: &str, prefix: &str) -> String {
+    config_with_ttl(url, prefix, SLOT_TTL_S)
+}
+
+fn config_with_ttl(url: &str, prefix: &str, slot_ttl_s: u64) -> String {
     format!(
         r#"
         [scopes."openai/org/gpt-4o"]
@@ -27,7 +31,7 @@ fn config(url: &str, prefix: &str) -> String {
         url = "{url}"
         prefix = "{prefix}"
         expected_processes = 2
-        slot_ttl = "{SLOT_TTL_S}s"
+        slot_ttl = "{slot_ttl_s}s"
         timeout = "{TIMEOUT}"
         [redis.scopes."openai/org/gpt-4o"]
         mode = "exact"
@@ -104,4 +108,42 @@ fn settle_and_cancel_free_a_slot_at_once() {
     gov.cancel(&mut permits[1]).unwrap();
     assert!(!refused_on_concurrency(&gov, &route));
     gov.settle(&mut next, Usage::new(10, 10)).unwrap();
+}
+
+/// A Redis that loses its keys (a restart without persistence) while slots
+/// are in flight does not come back with every slot free: as the rate
+/// limits, the concurrency limit restarts at the safe share, and the live
+/// processes' slots are counted again at their next heartbeat.
+#[test]
+fn slots_in_flight_when_redis_loses_its_keys_still_count() {
+    let Some(url) = redis_url("slots_in_flight_when_redis_loses_its_keys_still_count") else { return };
+    let prefix = fresh_prefix("slots-lost");
+    // A TTL the test outlasts on a loaded machine: the slots held back at
+    // the restart stay held to the end.
+    let config = config_with_ttl(&url, &prefix, 60);
+    let (holder, other) = (RedisGovernor::from_toml(&config).unwrap(), RedisGovernor::from_toml(&config).unwrap());
+    let (holder_route, route) =
+        (holder.route(&["openai/org/gpt-4o"]).unwrap(), other.route(&["openai/org/gpt-4o"]).unwrap());
+    let take = |gov: &RedisGovernor, route: &SharedRoute| gov.try_acquire(route, Usage::new(10, 10));
+    let mut in_flight: Vec<_> = (0..3).map(|_| take(&holder, &holder_route).unwrap()).collect();
+    // The other process has seen the state too: it knows a missing one as lost, not new.
+    other.cancel(&mut take(&other, &route).unwrap()).unwrap();
+    let mut admin = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
+    let keys = ["state", "slots"].map(|key| format!("{{llmgov:{prefix}:openai/org/gpt-4o}}:{key}"));
+    let _: () = redis::cmd("DEL").arg(&keys).query(&mut admin).unwrap();
+
+    let mut after: Vec<_> = (0..SLOTS).map_while(|_| take(&other, &route).ok()).collect();
+    assert!(after.len() <= SLOTS / 2, "the safe share of {SLOTS} slots, not every one: {}", after.len());
+    holder.heartbeat();
+    for permit in &mut after {
+        other.settle(permit, Usage::new(10, 3)).unwrap();
+    }
+    assert!(refused_on_concurrency(&other, &route), "the 3 in flight since before the loss count again");
+    for permit in &mut in_flight {
+        holder.settle(permit, Usage::new(10, 3)).unwrap();
+    }
+    // Nothing in flight now, and the slots held back at the restart stay
+    // held until their TTL: the safe share is free, no more.
+    let free: Vec<_> = (0..SLOTS).map_while(|_| take(&other, &route).ok()).collect();
+    assert_eq!(free.len(), SLOTS / 2);
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use llmgov::{Permit, Request, Route, Usage};
 
-use super::{Hold, Inner, SharedPermit, SharedRoute};
+use super::{HeldSlot, Hold, Inner, SharedPermit, SharedRoute};
 use crate::errors::{Error, Result};
 use crate::settings::Mode;
 use crate::shared::{Charge, Kind};
@@ -159,14 +159,17 @@ impl Inner {
             Admission::Admitted { epoch, reset } | Admission::Refused { epoch, reset, .. } => (epoch.clone(), *reset),
         };
         self.saw_epoch(i, &epoch, reset);
+        if let (Admission::Admitted { .. }, Some(slot)) = (&answer, &slot) {
+            let expires = self.clock.now().saturating_add(self.permit_ttl_ns);
+            self.held[i].lock().insert(slot.clone(), HeldSlot { expires, epoch: epoch.clone() });
+        }
+        if reset {
+            // This process's slots in flight were lost with the state: counted
+            // again now, not at the next heartbeat.
+            self.keep_slots(i, self.clock.now());
+        }
         match answer {
-            Admission::Admitted { .. } => {
-                if let Some(slot) = &slot {
-                    let expires = self.clock.now().saturating_add(self.permit_ttl_ns);
-                    self.held[i].lock().insert(slot.clone(), expires);
-                }
-                Ok(Ok(Hold { scope: i, lease: None, epoch, slot, reserved: costs }))
-            }
+            Admission::Admitted { .. } => Ok(Ok(Hold { scope: i, lease: None, epoch, slot, reserved: costs })),
             Admission::Refused { limit, retry_us, .. } => Ok(Err(Error::RateLimited {
                 scope: scope.path.clone(),
                 dimension: scope.limits[limit].dimension,
