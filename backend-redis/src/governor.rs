@@ -78,6 +78,8 @@ pub(crate) struct Hold {
     pub(crate) epoch: String,
     pub(crate) slot: Option<String>,
     pub(crate) reserved: Vec<u64>,
+    /// Whether Redis answered for it (a lease may serve without a call).
+    pub(crate) from_redis: bool,
 }
 
 /// A concurrency slot this process holds in Redis.

@@ -89,7 +89,11 @@ impl Inner {
         }
         let ttl_us = self.settings.slot_ttl.as_micros() as u64;
         match self.store.heartbeat(&self.scopes[i], &slots, ttl_us) {
-            Ok(epoch) if !epoch.is_empty() => {
+            Ok(epoch) => {
+                self.health.on_success();
+                if epoch.is_empty() {
+                    return;
+                }
                 let mut held = self.held[i].lock();
                 for (id, _) in &slots {
                     if let Some(slot) = held.get_mut(id) {
@@ -97,7 +101,6 @@ impl Inner {
                     }
                 }
             }
-            Ok(_) => {}
             Err(e) => {
                 self.health.on_error(&e, now, self.settings.retry_interval);
                 self.store.drop_idle();

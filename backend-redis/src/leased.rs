@@ -12,24 +12,25 @@ impl Inner {
     /// renewing it (returning what is unused) when it is spent or late.
     pub(crate) fn acquire_leased(&self, i: usize, costs: Vec<u64>) -> redis::RedisResult<Result<Hold>> {
         let lease = &self.leases[i];
-        let hold = |generation| Hold {
+        let hold = |generation, from_redis| Hold {
             scope: i,
             lease: Some(generation),
             epoch: String::new(),
             slot: None,
             reserved: costs.clone(),
+            from_redis,
         };
         if let Some(generation) = lease.try_take(&costs, self.clock.now()) {
-            return Ok(Ok(hold(generation)));
+            return Ok(Ok(hold(generation, false)));
         }
         let _renewing = lease.renewing.lock();
         let now = self.clock.now();
         if let Some(generation) = lease.try_take(&costs, now) {
-            return Ok(Ok(hold(generation)));
+            return Ok(Ok(hold(generation, false)));
         }
         self.renew(i, Some(&costs), now)?;
         Ok(match lease.try_take(&costs, now) {
-            Some(generation) => Ok(hold(generation)),
+            Some(generation) => Ok(hold(generation, true)),
             None => {
                 let scope = &self.scopes[i];
                 let refusing = lease.short_limit(&costs).unwrap_or(0);
@@ -109,9 +110,12 @@ impl Inner {
             }
             let _renewing = lease.renewing.lock();
             let now = self.clock.now();
-            if let Err(e) = self.renew(i, None, now) {
-                self.health.on_error(&e, now, self.settings.retry_interval);
-                self.store.drop_idle();
+            match self.renew(i, None, now) {
+                Ok(()) => self.health.on_success(),
+                Err(e) => {
+                    self.health.on_error(&e, now, self.settings.retry_interval);
+                    self.store.drop_idle();
+                }
             }
         }
     }

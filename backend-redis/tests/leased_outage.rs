@@ -63,3 +63,38 @@ fn a_renewal_that_timed_out_but_ran_leaves_no_lease_to_serve_twice() {
     assert!(total <= LIMIT, "the 31 given back were served again: {total} admitted of {LIMIT}");
     assert!(!gov.health().degraded);
 }
+
+/// While Redis is away, a probe that the process's lease serves never
+/// reached Redis: it is no recovery, and the process stays degraded until
+/// a call reaches Redis again (here, the keeper's return of the lease).
+#[test]
+fn a_probe_served_from_the_lease_is_no_recovery() {
+    let Some(mut redis) = PrivateRedis::start("probe_from_lease", Listen::Plain, &[]) else { return };
+    let clock = Arc::new(ManualClock::new(0));
+    let config = config(&redis.url(), &fresh_prefix("lease-probe")).replace("openai/org", "openai/a")
+        + r#"
+        [scopes."openai/b"]
+        limits = [{ dimension = "requests", amount = 1000, window = "1d" }]
+        [redis.scopes."openai/b"]
+        mode = "leased"
+        "#;
+    let gov = RedisGovernor::from_toml_with_clock(&config, clock.clone()).unwrap();
+    let (leased, other) = (gov.route(&["openai/a"]).unwrap(), gov.route(&["openai/b"]).unwrap());
+    assert_eq!(admit(&gov, &leased, 32), 32, "a lease of 32, one used");
+    redis.stop();
+    assert_eq!(admit(&gov, &other, 1), 1, "from the safe share: its lease could not be taken");
+    assert!(gov.health().degraded);
+
+    clock.advance(Duration::from_secs(1)); // the retry interval: a probe is due
+    assert_eq!(admit(&gov, &leased, 1), 1, "served from the lease");
+    let health = gov.health();
+    assert!(health.degraded, "Redis is still away: {health:?}");
+    assert_eq!(health.recoveries, 0);
+
+    // Back: the keeper's return of the lease reaches it, and that is the recovery.
+    redis.restart();
+    gov.return_leases();
+    let health = gov.health();
+    assert!(!health.degraded, "Redis answered the return: {health:?}");
+    assert_eq!(health.recoveries, 1);
+}

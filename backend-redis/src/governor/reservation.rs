@@ -47,7 +47,10 @@ impl Inner {
         if self.health.redis_usable(now, self.settings.retry_interval) {
             match self.acquire_shared(&route.shared, &charge) {
                 Ok(Ok(holds)) => {
-                    self.health.on_success();
+                    // A probe served from leases alone never reached Redis.
+                    if holds.iter().any(|hold| hold.from_redis) {
+                        self.health.on_success();
+                    }
                     permit.holds = holds;
                     self.repay_outage(&route.shared, now);
                     return Ok(permit);
@@ -169,7 +172,9 @@ impl Inner {
             self.keep_slots(i, self.clock.now());
         }
         match answer {
-            Admission::Admitted { .. } => Ok(Ok(Hold { scope: i, lease: None, epoch, slot, reserved: costs })),
+            Admission::Admitted { .. } => {
+                Ok(Ok(Hold { scope: i, lease: None, epoch, slot, reserved: costs, from_redis: true }))
+            }
             Admission::Refused { limit, retry_us, .. } => Ok(Err(Error::RateLimited {
                 scope: scope.path.clone(),
                 dimension: scope.limits[limit].dimension,
