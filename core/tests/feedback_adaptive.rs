@@ -452,3 +452,49 @@ fn a_learned_limit_lowered_while_a_request_is_in_flight_refunds_only_what_it_cha
     gov.settle(&mut after, llmgov::Usage::new(0, 0)).unwrap();
     assert!(gov.try_acquire(&Request::new(route).input_tokens(500)).is_ok());
 }
+
+/// Anthropic refuses on input tokens a minute; the scope models its limits
+/// as a combined `tokens` limit. The retry-after holds all the same.
+#[test]
+fn a_429_naming_a_dimension_the_scope_does_not_model_holds_the_nearest_one() {
+    let (gov, clock) = gov_with(json!({"scopes": {"anthropic/org": {"provider": true, "limits": [
+        {"dimension": "requests", "amount": 50, "window": "1m"},
+        {"dimension": "tokens", "amount": 60000, "window": "1m"},
+    ]}}}));
+    let route = gov.route(&["anthropic/org"]).unwrap();
+    let permit = take(&gov, route, 100);
+    let body = br#"{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate limit for your organization of 50,000 input tokens per minute."}}"#;
+    let refused = classify_response(429, &[("retry-after", "30")], body, ProviderHint::Anthropic, NOW_UNIX_MS);
+    assert_eq!(refused.dimension, llmgov::LimitDimension::InputTokens);
+    assert_eq!(gov.report_classified(&permit, &refused).unwrap(), 1, "the tokens limit, not the requests one");
+    clock.advance(Duration::from_secs(29));
+    assert!(matches!(gov.try_acquire(&Request::new(route).input_tokens(100)), Err(Error::RateLimited { .. })));
+    // The bucket refills from empty at the retry-after, at the decreased rate.
+    clock.advance(Duration::from_secs(2));
+    assert!(gov.try_acquire(&Request::new(route).input_tokens(100)).is_ok(), "the retry-after is over");
+}
+
+/// A 429 naming what the scope models nothing near (requests, on a scope
+/// of tokens only) holds the scope's rates as one naming nothing would.
+#[test]
+fn a_429_naming_a_dimension_nothing_near_holds_every_rate() {
+    let (gov, clock) = gov_with(json!({"scopes": {"openai/org": {"provider": true, "limits": [
+        {"dimension": "tokens", "amount": 60000, "window": "1m"},
+        {"dimension": "tokens", "amount": 1000000, "window": "1d"},
+    ]}}}));
+    let route = gov.route(&["openai/org"]).unwrap();
+    let permit = take(&gov, route, 100);
+    answer(
+        &gov,
+        &permit,
+        429,
+        &[("retry-after", "5")],
+        br#"{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}"#,
+    );
+    clock.advance(Duration::from_secs(4));
+    assert!(gov.try_acquire(&Request::new(route).input_tokens(100)).is_err());
+    // Then the minute's bucket refills; the daily quota was never drained
+    // (from empty, 100 tokens of it would take 8.6 s).
+    clock.advance(Duration::from_secs(2));
+    assert!(gov.try_acquire(&Request::new(route).input_tokens(100)).is_ok());
+}

@@ -36,6 +36,29 @@ fn reports_on(reported: LimitDimension, limit: &Limit) -> bool {
     }
 }
 
+/// What a 429 for `named` refuses on a provider scope of `limits`: the
+/// dimension it names where a limit counts it; else the nearest the scope
+/// models (a combined `tokens` limit holds input and output tokens, and
+/// separate ones hold `tokens`); else nothing in particular, as for a 429
+/// naming none. The provider names what it counts, which need not be what
+/// the scope models, and its retry-after holds either way.
+fn refused_dimensions(named: LimitDimension, limits: &[Limit]) -> &'static [LimitDimension] {
+    use LimitDimension::*;
+    let modelled =
+        |dimensions: &[LimitDimension]| limits.iter().any(|limit| dimensions.iter().any(|&d| reports_on(d, limit)));
+    let (exactly, nearest): (&'static [LimitDimension], &'static [LimitDimension]) = match named {
+        Requests => (&[Requests], &[]),
+        Tokens => (&[Tokens], &[InputTokens, OutputTokens]),
+        InputTokens => (&[InputTokens], &[Tokens]),
+        OutputTokens => (&[OutputTokens], &[Tokens]),
+        Concurrency => (&[Concurrency], &[]),
+        DailyRequests => (&[DailyRequests], &[]),
+        DailyTokens => (&[DailyTokens], &[]),
+        Unknown => (&[], &[]),
+    };
+    [exactly, nearest].into_iter().find(|dimensions| modelled(dimensions)).unwrap_or(&[])
+}
+
 /// Whether a `limit` header for `reported` states `limit`'s amount: the
 /// windows must match, a minute for per-minute headers, a day for daily ones.
 fn states_amount_of(reported: LimitDimension, limit: &Limit) -> bool {
@@ -168,12 +191,12 @@ impl Ledger {
             let wait_ms = feedback.retry_after_ms.or_else(|| feedback.reset_ms.get(&feedback.dimension).copied());
             now.saturating_add(wait_ms.unwrap_or(DEFAULT_COOLDOWN_MS).saturating_mul(1_000_000))
         });
-        let named = feedback.dimension != LimitDimension::Unknown;
         let adaptive = &self.registry.adaptive;
         let mut changed = 0;
         for scope in self.registry.route(route.id) {
             let Some(adaptation) = scope.adaptation.as_deref() else { continue };
             let reopened = self.judge_breaker(scope, adaptation, feedback, sent_at, now, changes);
+            let refused = refused_dimensions(feedback.dimension, &scope.limits);
             for (l, (limit, bucket)) in scope.limits.iter().zip(scope.buckets.iter()).enumerate() {
                 // A budget is the user's, not the provider's: nothing it says moves it.
                 if limit.dimension == Dimension::Cost {
@@ -189,7 +212,10 @@ impl Ledger {
                 };
                 // A 429 naming no limit is a rate's: draining a daily
                 // quota for it would leave a day of refill to wait out.
-                let refused_here = if named { reports_on(feedback.dimension, limit) } else { !is_daily(limit) };
+                let refused_here = match refused {
+                    [] => !is_daily(limit),
+                    dimensions => dimensions.iter().any(|&d| reports_on(d, limit)),
+                };
                 let cooled = cool_until.filter(|_| refused_here);
                 let word = ProviderWord {
                     limit: find(&feedback.limit, states_amount_of),
