@@ -155,3 +155,67 @@ fn a_settle_racing_a_metrics_scrape_still_wakes_the_waiter() {
     stop.store(true, Ordering::Relaxed);
     scraper.join().unwrap();
 }
+
+/// A release that lands while a request is being queued behind nobody (its
+/// first poll has read the ledger, the queue's depth not yet stored) must
+/// still be seen: on a concurrency limit no refill timer would ever poll
+/// again, and the waiter slept to its deadline with the slot free.
+#[test]
+fn a_release_racing_the_first_waiters_queueing_is_never_lost() {
+    use std::future::Future;
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll, Waker};
+
+    const ROUNDS: u64 = 5_000;
+    within_a_minute(|| {
+        let clock = Arc::new(llmgov::ManualClock::new(0));
+        let config = llmgov::Config::from_toml(r#"scopes.c.limits = [{ dimension = "concurrency", amount = 1 }]"#);
+        let gov = Governor::with_clock(&config.unwrap(), clock).unwrap();
+        let route = gov.route(&["c"]).unwrap();
+        let holder: Arc<Mutex<Option<llmgov::Permit>>> = Arc::default();
+        let (go, done) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let releaser = {
+            let (gov, holder, go, done) = (gov.clone(), holder.clone(), go.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+                for round in 1..=ROUNDS {
+                    while go.load(SeqCst) != round {
+                        std::hint::spin_loop();
+                    }
+                    // A varying head start, so the release lands at every point of the queueing.
+                    seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                    (0..(seed >> 33) % 3000).for_each(|_| std::hint::spin_loop());
+                    let mut permit = holder.lock().unwrap().take().unwrap();
+                    gov.cancel(&mut permit).unwrap();
+                    done.store(round, SeqCst);
+                }
+            })
+        };
+        let mut lost = 0;
+        for round in 1..=ROUNDS {
+            *holder.lock().unwrap() = Some(gov.try_acquire(&Request::new(route)).unwrap());
+            go.store(round, SeqCst);
+            let mut waiter = gov.acquire(&Request::new(route));
+            while done.load(SeqCst) != round {
+                std::hint::spin_loop();
+            }
+            // Both calls have returned and the slot is free: the waiter was answered.
+            let mut context = Context::from_waker(Waker::noop());
+            let mut permit = match std::pin::Pin::new(&mut waiter).poll(&mut context) {
+                Poll::Ready(answer) => answer.unwrap(),
+                Poll::Pending => {
+                    lost += 1;
+                    gov.wake_waiters();
+                    let Poll::Ready(answer) = std::pin::Pin::new(&mut waiter).poll(&mut context) else {
+                        panic!("still waiting after a poll, with the slot free")
+                    };
+                    answer.unwrap()
+                }
+            };
+            gov.cancel(&mut permit).unwrap();
+        }
+        releaser.join().unwrap();
+        assert_eq!(lost, 0, "waiters left waiting with the slot free, of {ROUNDS}");
+    });
+}

@@ -12,7 +12,7 @@
 //! now and then: there, `wake_waiters` is what moves waiters.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::Waker;
 use std::time::Duration;
@@ -280,6 +280,11 @@ impl Queues {
         };
         let slot = Arc::new(Slot::default());
         state.slots.insert(id, slot.clone());
+        // Published before the poll reads the ledger, fenced as `kick` is: a
+        // release the poll misses then sees a waiter and asks for a poll
+        // again (else, on a concurrency limit, nothing ever would).
+        self.depth.store(state.scheduler.depth(), Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         let answered = self.poll_locked(&mut state, ledger, now);
         drop(state);
         wake(answered);
@@ -345,6 +350,10 @@ impl Queues {
     }
 
     fn kick(&self, ledger: &Ledger, clock: &dyn Clock) {
+        // Orders the caller's release in the ledger before the depth is
+        // read, against `enter`'s store of it before its poll reads the
+        // ledger: one of the two sees the other.
+        fence(Ordering::SeqCst);
         if self.depth.load(Ordering::SeqCst) == 0 {
             return;
         }
