@@ -177,3 +177,24 @@ fn a_spent_budget_refuses_at_once_instead_of_queueing_until_the_deadline() {
     }
     assert_eq!(gov.queue_metrics().depth, 0, "nobody waits for a failure");
 }
+
+/// A limit that does not count cache reads is predicted on what it counts:
+/// a request whose uncached input fits waits its turn, not refused as never
+/// fitting (the ledger alone admits it), and its wait is that of its
+/// uncached part.
+#[test]
+fn a_request_whose_cache_reads_are_not_counted_is_predicted_on_what_is_counted() {
+    let (gov, clock) = governor(json!({"scopes": {"anthropic": {"limits": [
+        {"dimension": "requests", "amount": 1, "window": "1m"},
+        {"dimension": "input_tokens", "amount": 80000, "window": "1m", "count_cached_input": false},
+    ]}}}));
+    let route = gov.route(&["anthropic"]).unwrap();
+    // 150k input, 100k of it cache reads: 50k counted, within 80k.
+    let cached = Request::new(route).input_tokens(150_000).cached_input_tokens(100_000);
+    let _first = gov.try_acquire(&Request::new(route)).unwrap();
+    let mut waiter = gov.acquire(&cached.deadline(Duration::from_secs(120)));
+    assert!(waiter.is_waiting(), "refused at once: {:?}", poll(&mut waiter));
+    clock.advance(Duration::from_secs(60));
+    gov.wake_waiters();
+    assert!(matches!(poll(&mut waiter), Poll::Ready(Ok(_))));
+}

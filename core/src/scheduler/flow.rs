@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::config::classes::{ClassSettings, ShareSettings};
+use crate::dimension::CostKind;
 use crate::{Dimension, Request};
 
 /// A waiter's handle in a [`super::Scheduler`].
@@ -19,6 +20,8 @@ pub(crate) type FlowKey = Arc<str>;
 pub(crate) struct Cost {
     pub requests: u64,
     pub input: u64,
+    /// The part of `input` read from cache, which some limits do not count.
+    pub cached_input: u64,
     pub max_output: u64,
     pub expected_output: u64,
 }
@@ -28,6 +31,7 @@ impl Cost {
         Cost {
             requests: 1,
             input: request.input_tokens,
+            cached_input: request.cached_input_tokens,
             max_output: request.max_output_tokens,
             expected_output: request.expected_output(),
         }
@@ -39,16 +43,21 @@ impl Cost {
         self.input.saturating_add(self.expected_output).max(1)
     }
 
-    /// What a limit of `dimension` is charged, given what it reserves for output.
-    pub fn on(&self, dimension: Dimension, reserves_expected: bool) -> u64 {
-        let output = if reserves_expected { self.expected_output } else { self.max_output };
-        match dimension {
-            Dimension::Requests => self.requests,
-            Dimension::InputTokens => self.input,
-            Dimension::OutputTokens => output,
-            Dimension::Tokens => self.input.saturating_add(output),
+    /// What a limit charging `kind` is charged.
+    pub fn on(&self, kind: CostKind) -> u64 {
+        let uncached = self.input.saturating_sub(self.cached_input);
+        match kind {
+            CostKind::One => self.requests,
+            CostKind::Input => self.input,
+            CostKind::UncachedInput => uncached,
+            CostKind::Output => self.max_output,
+            CostKind::ExpectedOutput => self.expected_output,
+            CostKind::Tokens => self.input.saturating_add(self.max_output),
+            CostKind::UncachedTokens => uncached.saturating_add(self.max_output),
+            CostKind::ExpectedTokens => self.input.saturating_add(self.expected_output),
+            CostKind::UncachedExpectedTokens => uncached.saturating_add(self.expected_output),
             // A budget's price is the ledger's to know; see `predicted_wait`.
-            Dimension::Concurrency | Dimension::Cost => 0,
+            CostKind::Cost | CostKind::ExpectedCost => 0,
         }
     }
 
@@ -56,6 +65,7 @@ impl Cost {
     pub fn add(&mut self, other: &Cost) {
         self.requests = self.requests.saturating_add(other.requests);
         self.input = self.input.saturating_add(other.input);
+        self.cached_input = self.cached_input.saturating_add(other.cached_input);
         self.max_output = self.max_output.saturating_add(other.max_output);
         self.expected_output = self.expected_output.saturating_add(other.expected_output);
     }
@@ -65,6 +75,7 @@ impl Cost {
     pub fn sub(&mut self, other: &Cost) {
         self.requests = self.requests.saturating_sub(other.requests);
         self.input = self.input.saturating_sub(other.input);
+        self.cached_input = self.cached_input.saturating_sub(other.cached_input);
         self.max_output = self.max_output.saturating_sub(other.max_output);
         self.expected_output = self.expected_output.saturating_sub(other.expected_output);
     }
@@ -75,6 +86,7 @@ impl Cost {
         Cost {
             requests: f(self.requests),
             input: f(self.input),
+            cached_input: f(self.cached_input),
             max_output: f(self.max_output),
             expected_output: f(self.expected_output),
         }
@@ -87,7 +99,8 @@ pub(crate) struct RouteLimit {
     pub scope: crate::ScopeId,
     pub index: usize,
     pub dimension: Dimension,
-    pub reserves_expected: bool,
+    /// Which of a request's quantities it charges.
+    pub kind: CostKind,
 }
 
 /// What the scheduler keeps about a route: its scopes, its flow and share.
@@ -247,7 +260,8 @@ mod tests {
 
     #[test]
     fn a_saturated_backlog_comes_back_down_without_wrapping() {
-        let huge = Cost { requests: 1, input: u64::MAX, max_output: u64::MAX, expected_output: u64::MAX };
+        let huge =
+            Cost { requests: 1, input: u64::MAX, cached_input: 0, max_output: u64::MAX, expected_output: u64::MAX };
         let mut backlog = Cost::default();
         backlog.add(&huge);
         backlog.add(&huge);

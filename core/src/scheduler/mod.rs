@@ -182,7 +182,7 @@ impl Scheduler {
         // The ledger validates only at admission: a request queued unchecked
         // would weigh on predictions and backlogs with impossible counts.
         request.validate()?;
-        let route = self.route_info(ledger, request.route, now)?;
+        let route = self.route_info(ledger, request.route)?;
         let class = self.class(class_name);
         let cost = Cost::of(&request);
         let breaker = predict::open_breaker(ledger, request.route, now)?;
@@ -240,7 +240,7 @@ impl Scheduler {
         now: u64,
         admit: &mut dyn FnMut(&Request) -> Result<Permit>,
     ) -> Result<Option<Permit>> {
-        let route = self.route_info(ledger, request.route, now)?;
+        let route = self.route_info(ledger, request.route)?;
         if route.share.ceiling.is_none() {
             return admit(request).map(Some);
         }
@@ -369,11 +369,11 @@ impl Scheduler {
         meter.ceiling_after(queued, cost.tokens(), now).saturating_sub(now)
     }
 
-    fn route_info(&mut self, ledger: &Ledger, route: Route, now: u64) -> Result<Arc<RouteInfo>> {
+    fn route_info(&mut self, ledger: &Ledger, route: Route) -> Result<Arc<RouteInfo>> {
         if let Some(info) = self.routes.get(&route) {
             return Ok(info.clone());
         }
-        let info = Arc::new(predict::route_info(ledger, &self.settings, route, now)?);
+        let info = Arc::new(predict::route_info(ledger, &self.settings, route)?);
         self.routes.insert(route, info.clone());
         Ok(info)
     }

@@ -11,7 +11,7 @@ use crate::ledger::limit::Rule;
 use crate::{Dimension, Error, Ledger, Result, Route};
 
 /// Builds what the scheduler keeps about `route`.
-pub(crate) fn route_info(ledger: &Ledger, settings: &WaitingSettings, route: Route, now: u64) -> Result<RouteInfo> {
+pub(crate) fn route_info(ledger: &Ledger, settings: &WaitingSettings, route: Route) -> Result<RouteInfo> {
     let ids = ledger.route_scopes(route)?;
     let mut scopes = Vec::with_capacity(ids.len());
     let mut limits = Vec::new();
@@ -24,10 +24,9 @@ pub(crate) fn route_info(ledger: &Ledger, settings: &WaitingSettings, route: Rou
                 shared = Some((depth, path, share));
             }
         }
-        let snapshot = ledger.scope_snapshot(id, now)?;
-        for (index, limit) in snapshot.limits.iter().enumerate() {
-            let reserves_expected = limit.reserves_output == Some("expected");
-            limits.push(RouteLimit { scope: id, index, dimension: limit.dimension, reserves_expected });
+        let scope = ledger.registry().get(id.index);
+        for (index, limit) in scope.limits.iter().enumerate() {
+            limits.push(RouteLimit { scope: id, index, dimension: limit.dimension, kind: limit.cost_kind });
         }
         scopes.push(Arc::from(path));
     }
@@ -96,7 +95,7 @@ pub(crate) fn predicted_wait(
             // tokens costs something, so it waits at least until the budget
             // is no longer all spent.
             Dimension::Cost => (0, u64::from(cost.input.saturating_add(cost.max_output) > 0)),
-            dimension => (ahead.on(dimension, limit.reserves_expected), cost.on(dimension, limit.reserves_expected)),
+            _ => (ahead.on(limit.kind), cost.on(limit.kind)),
         };
         if mine > state.burst {
             let dimension = limit.dimension;
