@@ -198,3 +198,29 @@ fn a_request_whose_cache_reads_are_not_counted_is_predicted_on_what_is_counted()
     gov.wake_waiters();
     assert!(matches!(poll(&mut waiter), Poll::Ready(Ok(_))));
 }
+
+/// A request over its whole cost budget never fits: refused at once even
+/// when a head holds the line it would queue behind (which keeps it from
+/// reaching the ledger), as it is when nobody waits.
+#[test]
+fn a_request_over_its_whole_budget_is_refused_at_once_behind_a_held_line() {
+    let (gov, _clock) = governor(json!({
+        "pricing": {"gpt-4o": {"input": 2.5, "output": 10.0}},
+        "scopes": {
+            "openai/gpt-4o": {"provider": true, "pricing": "gpt-4o",
+                "limits": [{"dimension": "requests", "amount": 1, "window": "1m"}]},
+            "tenants/*": {"limits": [{"dimension": "cost", "budget": 0.01, "window": "1d", "slots": 24}]},
+        },
+    }));
+    let acme = gov.route(&["tenants/acme", "openai/gpt-4o"]).unwrap();
+    let other = gov.route(&["tenants/other", "openai/gpt-4o"]).unwrap();
+    // 10k input at 2.5 per 1M tokens: 0.025, over the whole budget of 0.01.
+    let too_dear = Request::new(acme).input_tokens(10_000);
+    assert!(matches!(gov.try_acquire(&too_dear), Err(Error::NeverFits { .. })));
+    let _first = gov.try_acquire(&Request::new(other)).unwrap();
+    let head = gov.acquire(&Request::new(other));
+    assert!(head.is_waiting());
+    let mut behind = gov.acquire(&too_dear.deadline(Duration::from_secs(300)));
+    let answer = poll(&mut behind);
+    assert!(matches!(answer, Poll::Ready(Err(Error::NeverFits { .. }))), "{answer:?}");
+}

@@ -211,17 +211,24 @@ impl Ledger {
         retry_at: Option<u64>,
         now: u64,
     ) -> Error {
-        for scope in scopes {
-            if let Some(limit) = scope.limits.iter().find(|l| l.cost(costs) > l.burst) {
-                let (cost, burst) = (limit.cost(costs), limit.burst);
-                return Error::NeverFits { scope: scope.path.clone(), dimension: limit.dimension, cost, burst };
-            }
+        if let Some(error) = never_fits(scopes, costs) {
+            return error;
         }
         Error::RateLimited {
             scope: scope.path.clone(),
             dimension: limit.dimension,
             retry_after: retry_at.map(|at| Duration::from_nanos(at.saturating_sub(now))),
         }
+    }
+
+    /// [`Error::NeverFits`] if `request` costs more than a limit on its
+    /// route holds at once; reserves nothing. For a request about to wait,
+    /// which may not reach the ledger before its deadline.
+    pub(crate) fn check_fits(&self, request: &Request) -> Result<()> {
+        self.check_route(request.route)?;
+        let route = self.registry.route_entry(request.route.id);
+        let costs = Costs::of(&request.estimate(), request.expected_output(), route.price.as_ref());
+        never_fits(&route.scopes, &costs).map_or(Ok(()), Err)
     }
 
     /// Undoes, in reverse order, every reservation made before limit `l` of scope `s`.
@@ -239,4 +246,14 @@ impl Ledger {
             }
         }
     }
+}
+
+/// [`Error::NeverFits`] for the first limit on `scopes` that `costs` exceed
+/// the whole burst of, if any.
+fn never_fits(scopes: &[Arc<Scope>], costs: &Costs) -> Option<Error> {
+    scopes.iter().find_map(|scope| {
+        let limit = scope.limits.iter().find(|l| l.cost(costs) > l.burst)?;
+        let (cost, burst) = (limit.cost(costs), limit.burst);
+        Some(Error::NeverFits { scope: scope.path.clone(), dimension: limit.dimension, cost, burst })
+    })
 }

@@ -182,6 +182,7 @@ impl Scheduler {
         // The ledger validates only at admission: a request queued unchecked
         // would weigh on predictions and backlogs with impossible counts.
         request.validate()?;
+        ledger.check_fits(&request)?;
         let route = self.route_info(ledger, request.route)?;
         let class = self.class(class_name);
         let cost = Cost::of(&request);

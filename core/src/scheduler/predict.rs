@@ -8,7 +8,7 @@ use super::flow::{ClassQueue, Cost, RouteInfo, RouteLimit};
 use crate::config::classes::{ShareSettings, WaitingSettings};
 use crate::ledger::breaker::{Gate, State};
 use crate::ledger::limit::Rule;
-use crate::{Dimension, Error, Ledger, Result, Route};
+use crate::{Dimension, Ledger, Result, Route};
 
 /// Builds what the scheduler keeps about `route`.
 pub(crate) fn route_info(ledger: &Ledger, settings: &WaitingSettings, route: Route) -> Result<RouteInfo> {
@@ -68,8 +68,8 @@ fn share_of(settings: &WaitingSettings, path: &str) -> Option<ShareSettings> {
 /// refills at its effective amount (what AIMD, slow start and discovery
 /// left); one still undiscovered, at a request a window; a sliding window,
 /// as its charges age out. Concurrency limits are not predicted (they wait
-/// on releases); a budget, only until it is no longer all spent. A cost
-/// above a limit's burst is [`Error::NeverFits`].
+/// on releases); a budget, only until it is no longer all spent. (A cost
+/// above a limit's burst was refused before: [`Ledger::check_fits`].)
 pub(crate) fn predicted_wait(
     ledger: &Ledger,
     classes: &[ClassQueue],
@@ -97,11 +97,6 @@ pub(crate) fn predicted_wait(
             Dimension::Cost => (0, u64::from(cost.input.saturating_add(cost.max_output) > 0)),
             _ => (ahead.on(limit.kind), cost.on(limit.kind)),
         };
-        if mine > state.burst {
-            let dimension = limit.dimension;
-            let (scope, burst) = (Arc::from(snapshot.path.as_str()), state.burst);
-            return Err(Error::NeverFits { scope, dimension, cost: mine, burst });
-        }
         if state.algorithm == "sliding_window" {
             // A window frees when its charges age out, not at a rate.
             wait = wait.max(sliding_window_wait(ledger, limit, queued.saturating_add(mine), now));
