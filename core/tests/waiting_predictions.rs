@@ -224,3 +224,25 @@ fn a_request_over_its_whole_budget_is_refused_at_once_behind_a_held_line() {
     let answer = poll(&mut behind);
     assert!(matches!(answer, Poll::Ready(Err(Error::NeverFits { .. }))), "{answer:?}");
 }
+
+/// Another tenant's backlog queues ahead only on the limits it charges: on
+/// a shared provider with room to spare it is nothing, so a tenant whose
+/// own limit is untouched is predicted to pass now, not refused as if it
+/// had to wait behind the other tenant's line on its own limit.
+#[test]
+fn another_tenants_backlog_counts_only_on_the_scopes_it_charges() {
+    let (gov, _clock) = governor(json!({"scopes": {
+        "p": {"limits": [{"dimension": "tokens", "amount": 1_000_000, "window": "1m"}]},
+        "tenants/a": {"limits": [{"dimension": "tokens", "amount": 1000, "window": "1m"}]},
+        "tenants/b": {"limits": [{"dimension": "tokens", "amount": 6000, "window": "1m"}]},
+    }}));
+    let a = gov.route(&["tenants/a", "p"]).unwrap();
+    let b = gov.route(&["tenants/b", "p"]).unwrap();
+    let _all_of_b = gov.try_acquire(&Request::new(b).input_tokens(6000)).unwrap();
+    let agent = gov.class("agent");
+    let backlog: Vec<Acquire> = (0..50).map(|_| gov.acquire(&Request::new(b).input_tokens(100).class(agent))).collect();
+    assert!(backlog.iter().all(Acquire::is_waiting));
+    let mut waiter = gov.acquire(&Request::new(a).input_tokens(100).deadline(Duration::from_secs(10)));
+    let answer = poll(&mut waiter);
+    assert!(matches!(answer, Poll::Ready(Ok(_))), "tenants/a is untouched and p has room: {answer:?}");
+}

@@ -108,15 +108,11 @@ pub(crate) struct RouteLimit {
 pub(crate) struct RouteInfo {
     /// Every scope path the route charges.
     pub scopes: Vec<Arc<str>>,
+    /// The same scopes' ids, in the same order.
+    pub ids: Vec<crate::ScopeId>,
     pub flow: FlowKey,
     pub share: ShareSettings,
     pub limits: Vec<RouteLimit>,
-}
-
-impl RouteInfo {
-    pub fn shares_scope_with(&self, other: &RouteInfo) -> bool {
-        self.scopes.iter().any(|s| other.scopes.contains(s))
-    }
 }
 
 /// One waiting request.

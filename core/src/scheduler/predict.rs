@@ -35,7 +35,7 @@ pub(crate) fn route_info(ledger: &Ledger, settings: &WaitingSettings, route: Rou
         Some((_, path, share)) => (Arc::from(path), share),
         None => (Arc::from(scopes.iter().map(|s| &**s).collect::<Vec<_>>().join(" + ")), ShareSettings::default()),
     };
-    Ok(RouteInfo { scopes, flow, share, limits })
+    Ok(RouteInfo { scopes, ids, flow, share, limits })
 }
 
 /// The share configured at `path` exactly, or by the most specific template
@@ -78,7 +78,7 @@ pub(crate) fn predicted_wait(
     cost: &Cost,
     now: u64,
 ) -> Result<u64> {
-    let ahead = queued_ahead(classes, class, info, cost);
+    let ahead_on = queued_ahead(classes, class, info, cost);
     let mut wait = 0u64;
     let mut scope = None;
     for limit in &info.limits {
@@ -90,6 +90,7 @@ pub(crate) fn predicted_wait(
         }
         let snapshot = &scope.as_ref().expect("just set").1;
         let state = &snapshot.limits[limit.index];
+        let ahead = &ahead_on[info.ids.iter().position(|id| *id == limit.scope).expect("a route limit's scope")];
         let (queued, mine) = match limit.dimension {
             // A budget: the request's price is not known here, but one with
             // tokens costs something, so it waits at least until the budget
@@ -154,15 +155,17 @@ fn sliding_window_wait(ledger: &Ledger, limit: &RouteLimit, units: u64, now: u64
     room_at.saturating_sub(now).saturating_add(more_windows.saturating_mul(window_ns))
 }
 
-/// What is served before a new request costing `cost` on `info` in `class`.
-fn queued_ahead(classes: &[ClassQueue], class: usize, info: &RouteInfo, cost: &Cost) -> Cost {
+/// What is served before a new request costing `cost` on `info` in
+/// `class`, on each scope of its route (in the order of `info.ids`): a
+/// flow's backlog is ahead on the scopes its head charges, and nowhere else.
+fn queued_ahead(classes: &[ClassQueue], class: usize, info: &RouteInfo, cost: &Cost) -> Vec<Cost> {
     let mine = &classes[class];
     let own = mine.flows.get(&info.flow);
     // Deficit round robin gives each other flow `weight / my weight` of
     // what my flow is served until my request is.
     let my_tokens = own.map_or(0, |f| f.backlog.tokens()).saturating_add(cost.tokens()) as f64;
     let my_weight = info.share.weight as f64;
-    let mut ahead = Cost::default();
+    let mut ahead = vec![Cost::default(); info.ids.len()];
     for (i, queue) in classes.iter().enumerate() {
         let whole = i != class && queue.settings.priority >= mine.settings.priority;
         if i != class && !whole {
@@ -170,14 +173,16 @@ fn queued_ahead(classes: &[ClassQueue], class: usize, info: &RouteInfo, cost: &C
         }
         for (key, flow) in &queue.flows {
             let Some(head) = flow.head() else { continue };
-            if !head.route.shares_scope_with(info) {
-                continue;
-            }
-            if whole || *key == info.flow {
-                ahead.add(&flow.backlog);
+            let part = if whole || *key == info.flow {
+                flow.backlog
             } else {
                 let share = my_tokens * flow.weight as f64 / my_weight;
-                ahead.add(&flow.backlog.scaled((share / flow.backlog.tokens() as f64).min(1.0)));
+                flow.backlog.scaled((share / flow.backlog.tokens() as f64).min(1.0))
+            };
+            for (on, id) in ahead.iter_mut().zip(&info.ids) {
+                if head.route.ids.contains(id) {
+                    on.add(&part);
+                }
             }
         }
     }
