@@ -259,3 +259,34 @@ fn a_discovered_limit_checks_count_cached_input_too() {
     assert_eq!((field.as_str(), value.as_str()), ("scopes.p.limits[0].count_cached_input", "false"));
     assert!(reason.contains("input_tokens"), "{reason}");
 }
+
+#[test]
+fn nan_or_inf_safety_margin_is_refused_naming_the_field() {
+    // serde_json turned TOML's nan and inf into null, which an optional
+    // field reads as left out: this loaded as the default margin of 1.
+    for bad in ["nan", "inf", "-inf"] {
+        let text =
+            format!("safety_margin = {bad}\n") + &scope_p(r#"{ dimension = "requests", amount = 10, window = "1m" }"#);
+        let (field, value, reason) = invalid(&text);
+        assert_eq!((field.as_str(), value.as_str()), ("safety_margin", bad), "{reason}");
+    }
+    // As 0.7, the default decrease.
+    assert_eq!(invalid("[adaptive]\ndecrease = nan\n").0, "adaptive.decrease");
+}
+
+#[test]
+fn nan_amount_on_a_provider_scope_is_refused() {
+    // Not a discovered limit, as an amount left out is.
+    let toml =
+        "[scopes.\"p\"]\nprovider = true\nlimits = [{ dimension = \"tokens\", amount = inf, window = \"1m\" }]\n";
+    let (field, value, _) = invalid(toml);
+    assert_eq!((field.as_str(), value.as_str()), ("scopes.p.limits[0].amount", "inf"));
+}
+
+#[test]
+fn nan_quantile_error_names_the_value() {
+    // A required float used to be refused as `invalid type: null`, with no value.
+    let (field, value, reason) = invalid("[output]\nquantile = nan\n");
+    assert_eq!((field.as_str(), value.as_str()), ("output.quantile", "nan"), "{reason}");
+    assert!(reason.contains("finite"), "{reason}");
+}
