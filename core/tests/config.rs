@@ -290,3 +290,15 @@ fn nan_quantile_error_names_the_value() {
     assert_eq!((field.as_str(), value.as_str()), ("output.quantile", "nan"), "{reason}");
     assert!(reason.contains("finite"), "{reason}");
 }
+
+#[test]
+fn default_max_tokens_above_max_tokens_is_refused_at_load() {
+    // Accepted, it refused every request without max_tokens on an `expected`
+    // limit, naming `expected_output_tokens`, which the caller never set.
+    let toml = "[output]\ndefault_max_tokens = 2000000000000\n".to_owned()
+        + &scope_p(r#"{ dimension = "tokens", amount = 5000, window = "1m", reserve_output = "expected" }"#);
+    let (field, value, _) = invalid(&toml);
+    assert_eq!((field.as_str(), value.as_str()), ("output.default_max_tokens", "2000000000000"));
+    let at_most = format!("[output]\ndefault_max_tokens = {}\n", llmgov::MAX_TOKENS);
+    Config::from_toml(&at_most).unwrap().validate().unwrap();
+}

@@ -196,6 +196,7 @@ fn bad_output_configs_are_refused() {
         OutputConfig { quantile: 1.5, ..OutputConfig::default() },
         OutputConfig { quantile: f64::NAN, ..OutputConfig::default() },
         OutputConfig { default_max_tokens: 0, ..OutputConfig::default() },
+        OutputConfig { default_max_tokens: llmgov::MAX_TOKENS + 1, ..OutputConfig::default() },
     ] {
         let err = OutputModel::<u8>::new(config).unwrap_err();
         assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");

@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Result, Route};
+use crate::{Error, Result, Route, MAX_TOKENS};
 
 /// Values at or below this get buckets of their own, one each.
 const SUB_BITS: u32 = 5;
@@ -243,13 +243,24 @@ impl Default for OutputConfig {
 }
 
 impl OutputConfig {
-    /// Checks every field: a quantile in (0, 1] and a non-zero default.
+    /// Checks every field: a quantile in (0, 1] and a default in
+    /// `1..=`[`MAX_TOKENS`].
     pub fn validate(&self) -> Result<()> {
         if !(self.quantile > 0.0 && self.quantile <= 1.0) {
             return Err(Error::config("output.quantile", self.quantile, "must be in (0, 1]"));
         }
         if self.default_max_tokens == 0 {
             return Err(Error::config("output.default_max_tokens", 0, "must be at least 1"));
+        }
+        // The default becomes a request's expected output, which admission
+        // refuses above MAX_TOKENS: a larger one would refuse every request
+        // without max_tokens, naming a field the caller never set.
+        if self.default_max_tokens > MAX_TOKENS {
+            return Err(Error::config(
+                "output.default_max_tokens",
+                self.default_max_tokens,
+                "must be at most 2^40 tokens",
+            ));
         }
         Ok(())
     }
