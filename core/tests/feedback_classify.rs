@@ -144,6 +144,20 @@ fn explicit_hint_wins_over_inference() {
     assert_eq!(c.limit.get(&LimitDimension::Requests), Some(&50));
 }
 
+#[test]
+fn rfc3339_resets_with_offsets_or_lowercase_are_read() {
+    // RFC 3339 allows any offset and a lowercase `t` and `z`; only UTC in
+    // uppercase was read, and the rest dropped.
+    for reset in
+        ["2026-01-01T00:00:30Z", "2026-01-01T01:00:30+01:00", "2025-12-31T19:00:30-05:00", "2026-01-01t00:00:30z"]
+    {
+        let headers = [("anthropic-ratelimit-tokens-remaining", "0"), ("anthropic-ratelimit-tokens-reset", reset)];
+        let c = classify_response(429, &headers, b"", ProviderHint::Anthropic, NOW);
+        assert_eq!(c.reset_ms.get(&LimitDimension::Tokens), Some(&30_000), "{reset}");
+        assert_eq!(c.retry_after_ms, Some(30_000), "{reset}");
+    }
+}
+
 /// Header names worth hitting: every name the parser reads, and a few it doesn't.
 const NAMES: [&str; 24] = [
     "retry-after",

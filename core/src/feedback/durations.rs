@@ -7,7 +7,7 @@
 //! turned into waits against the `now_unix_ms` the caller passes in, and a time
 //! already past is a wait of 0.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const NS_PER_MS: u128 = 1_000_000;
 
@@ -121,13 +121,51 @@ pub(crate) fn parse_retry_after(text: &str, now_unix_ms: u64) -> Option<u64> {
     Some(wait_until(at, now_unix_ms))
 }
 
-/// An RFC 3339 timestamp in UTC (`2026-01-01T00:00:30Z`, as Anthropic sends)
-/// as a wait in milliseconds from `now_unix_ms`; 0 when it is already past.
-/// Numeric offsets and years outside 1970..=9999 are ignored.
+/// An RFC 3339 timestamp (`2026-01-01T00:00:30Z`, as Anthropic sends, or
+/// with a numeric offset, `2026-01-01T01:00:30+01:00`) as a wait in
+/// milliseconds from `now_unix_ms`; 0 when it is already past. `T` and `Z`
+/// may be lowercase, as RFC 3339 allows; a time with no offset at all is read
+/// as UTC. Local years outside 1970..=9999 are ignored.
 pub(crate) fn parse_rfc3339_wait(text: &str, now_unix_ms: u64) -> Option<u64> {
-    let text = text.trim();
-    let at = humantime::parse_rfc3339(text).or_else(|_| humantime::parse_rfc3339_weak(text)).ok()?;
+    // humantime reads UTC only, and only uppercase, and none of chrono, time
+    // or jiff is in the dependency tree: read the offset here, and hand
+    // humantime the local time as if it were UTC.
+    let text = text.trim().to_ascii_uppercase();
+    let (local, offset_s) = split_offset(&text)?;
+    let local = humantime::parse_rfc3339_weak(local).ok()?;
+    // local = UTC + offset, so UTC = local - offset.
+    let offset = Duration::from_secs(offset_s.unsigned_abs());
+    let at = if offset_s >= 0 { local.checked_sub(offset) } else { local.checked_add(offset) }?;
     Some(wait_until(at, now_unix_ms))
+}
+
+/// Splits an RFC 3339 time into its local part and its offset from UTC in
+/// seconds: `Z` (or `+00:00`, or `-00:00`, "offset unknown") is 0, `±HH:MM`
+/// is read, and no offset is 0. `None` for an offset out of range.
+fn split_offset(text: &str) -> Option<(&str, i64)> {
+    if let Some(local) = text.strip_suffix('Z') {
+        return Some((local, 0));
+    }
+    // `±HH:MM` is the last six bytes; the date's own `-`s are earlier (a
+    // full date and time is at least 19 bytes).
+    let Some(at) = text.len().checked_sub(6).filter(|&at| at >= 19) else {
+        return Some((text, 0));
+    };
+    // Checked before splitting: an ASCII sign is a char boundary.
+    let sign = match text.as_bytes()[at] {
+        b'+' => 1,
+        b'-' => -1,
+        _ => return Some((text, 0)),
+    };
+    let (local, offset) = text.split_at(at);
+    let (hours, minutes) = offset[1..].split_once(':')?;
+    let digits =
+        |part: &str| (part.len() == 2 && part.bytes().all(|b| b.is_ascii_digit())).then(|| saturating_digits(part));
+    let (hours, minutes) = (digits(hours)?, digits(minutes)?);
+    if hours > 23 || minutes > 59 {
+        return None;
+    }
+    Some((local, sign * (hours * 3600 + minutes * 60) as i64))
 }
 
 /// The wait until `at`, saturating at 0 for the past.
@@ -242,9 +280,35 @@ mod tests {
         assert_eq!(parse_rfc3339_wait("2026-01-01T00:00:30Z", NOW), Some(30_000));
         assert_eq!(parse_rfc3339_wait("2026-01-01T00:00:00.250Z", NOW), Some(250));
         assert_eq!(parse_rfc3339_wait("2025-12-31T23:59:59Z", NOW), Some(0), "a reset already past is 0");
-        // Before 1970 and numeric offsets are outside what humantime reads: ignored.
+        // Before 1970 is outside what humantime reads: ignored.
         assert_eq!(parse_rfc3339_wait("1960-01-01T00:00:00Z", NOW), None);
         assert_eq!(parse_rfc3339_wait("tomorrow", NOW), None);
+    }
+
+    #[test]
+    fn rfc3339_offsets_and_lowercase() {
+        assert_eq!(parse_rfc3339_wait("2026-01-01T01:00:30+01:00", NOW), Some(30_000));
+        assert_eq!(parse_rfc3339_wait("2025-12-31T19:00:30.5-05:00", NOW), Some(30_500));
+        assert_eq!(parse_rfc3339_wait("2026-01-01T05:45:30+05:45", NOW), Some(30_000));
+        assert_eq!(parse_rfc3339_wait("2026-01-01T00:00:30+00:00", NOW), Some(30_000));
+        assert_eq!(parse_rfc3339_wait("2026-01-01T00:00:30-00:00", NOW), Some(30_000), "offset unknown: UTC");
+        assert_eq!(parse_rfc3339_wait("2026-01-01t00:00:30z", NOW), Some(30_000));
+        assert_eq!(parse_rfc3339_wait("2026-01-01T00:00:30", NOW), Some(30_000), "no offset: UTC, as before");
+        // Near the epoch, an offset may put the time before it: past, a wait of 0.
+        assert_eq!(parse_rfc3339_wait("1970-01-01T00:30:00+01:00", NOW), Some(0));
+        for bad in [
+            "2026-01-01T01:00:30+24:00",
+            "2026-01-01T01:00:30+01:60",
+            "2026-01-01T01:00:30+1:000",
+            "2026-01-01T01:00:30+01-00",
+            "2026-01-01T01:00:30*01:00",
+            "2026-01-01T01:00:30+01:00Z",
+            "2026-01-01T01:00:3\u{e9}+01:00",
+            "2026-01-01T01:00:30\u{e9}01:00",
+            "+01:00",
+        ] {
+            assert_eq!(parse_rfc3339_wait(bad, NOW), None, "{bad:?}");
+        }
     }
 
     #[test]
