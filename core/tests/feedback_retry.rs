@@ -167,6 +167,22 @@ fn nothing_is_retried_past_the_deadline() {
 }
 
 #[test]
+fn the_delay_written_never_ends_after_the_deadline() {
+    // The delay is written in whole milliseconds rounded up; the deadline
+    // was checked on the exact one, so the retry advised could start after it.
+    let policy = roomy();
+    let c = classify(503, &[], "");
+    let random = MAX / 3; // a backoff of 166.666666 ms
+    let deadline = T0 + policy.backoff(0, random).as_nanos() as u64;
+    let advice = policy.advise(Outcome::response(503, &c), 0, Some(deadline), T0, random);
+    assert_eq!(advice, Advice::GiveUp { reason: GiveUpReason::DeadlineExceeded }, "{advice}");
+    // The written delay is the one checked, and is what `delay()` says.
+    let advice = policy.advise(Outcome::response(503, &c), 0, Some(T0 + 167 * 1_000_000), T0, random);
+    assert_eq!(advice.delay(), Some(ms(167)));
+    assert_eq!(serde_json::to_value(advice).unwrap()["delay_ms"], 167);
+}
+
+#[test]
 fn refusals_spend_no_budget() {
     let policy = RetryPolicy::default();
     let c = classify(401, &[], "");

@@ -47,7 +47,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Classification, LimitDimension, LimitKind};
 use crate::ledger::ring::Ring;
-use crate::time::duration_ns;
+use crate::time::{ceil_ms, duration_ns};
 use crate::{Error, Result};
 
 /// Default retries per request: 2, as the OpenAI and Anthropic SDKs. Callers
@@ -445,7 +445,9 @@ impl RetryPolicy {
     /// - `random`: a uniform `u64` draw for the jitter (see
     ///   [`RetryPolicy::backoff`]).
     ///
-    /// Takes a budget token only when the advice is to retry. Never panics.
+    /// The delay advised is in whole milliseconds (the exact delay rounded
+    /// up), and `now` plus it is at most `deadline`. Takes a budget token
+    /// only when the advice is to retry. Never panics.
     pub fn advise(&self, outcome: Outcome<'_>, attempt: u32, deadline: Option<u64>, now: u64, random: u64) -> Advice {
         let (reason, retry_after) = match retry_reason(outcome) {
             Ok(found) => found,
@@ -454,7 +456,10 @@ impl RetryPolicy {
         if attempt >= self.config.max_retries {
             return Advice::GiveUp { reason: GiveUpReason::AttemptsExhausted { retries: attempt } };
         }
-        let delay = retry_after.max(self.backoff(attempt, random));
+        // Whole milliseconds, rounded up, before the deadline check: the
+        // advice is written (and waited) in milliseconds, and a check on the
+        // exact delay let the rounded-up one end after the deadline.
+        let delay = Duration::from_millis(ceil_ms(retry_after.max(self.backoff(attempt, random))));
         if deadline.is_some_and(|deadline| now.saturating_add(duration_ns(delay)) > deadline) {
             return Advice::GiveUp { reason: GiveUpReason::DeadlineExceeded };
         }
