@@ -130,9 +130,7 @@ impl RedisGovernor {
     /// As [`RedisGovernor::from_toml`], with the clock that decides local
     /// limits, permit expiry and reconnection pacing (Redis limits use Redis `TIME`).
     pub fn from_toml_with_clock(text: &str, clock: Arc<dyn Clock>) -> Result<Self> {
-        let value: serde_json::Value =
-            toml::from_str(text).map_err(|e| Error::config("<toml>", "", e.message().to_owned()))?;
-        Self::from_value_with_clock(value, clock)
+        Self::from_value_with_clock(llmgov::config::toml_to_value(text)?, clock)
     }
 
     /// As [`RedisGovernor::from_toml_with_clock`], from the config already

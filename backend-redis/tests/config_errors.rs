@@ -62,3 +62,19 @@ fn values_of_the_wrong_type_or_unknown_name_the_field_and_value() {
         assert_eq!((named.as_str(), shown.as_str()), (field, value), "{reason}");
     }
 }
+
+/// The TOML is read as the core reads it: a syntax error names the text at
+/// fault, and a `nan` (which JSON cannot hold, and which became "left out")
+/// is refused naming its path and the value.
+#[test]
+fn toml_errors_name_the_text_as_the_core_does() {
+    let field_and_value = |text: &str| match RedisGovernor::from_toml(text) {
+        Err(Error::Core(llmgov::Error::InvalidConfig { field, value, .. })) => (field.to_string(), value),
+        other => panic!("expected the core's InvalidConfig, got {:?}", other.map(|_| ())),
+    };
+    let nan = format!("safety_margin = nan\n[scopes.\"p/s\"]\nlimits = []\n[redis]\n{BASE}");
+    assert_eq!(field_and_value(&nan), ("safety_margin".into(), "nan".into()));
+    let (field, value) = field_and_value("[redis]\nexpected_processes = @");
+    assert_eq!(field, "<toml>");
+    assert_eq!(value, "@", "the text at fault");
+}
