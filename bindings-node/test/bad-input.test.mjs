@@ -458,3 +458,16 @@ test('text and messages: a lone surrogate is refused, not counted as U+FFFD nor 
   assert.ok(countTokens('\ud83d\ude00') > 0);
   g.tryAcquire({ route, text: 'a \\ud800 b' }).cancel();
 });
+
+test('a NaN or an Infinity in a config object is refused naming its path, not written as null (left out)', () => {
+  const refuses = (config, field, value) =>
+    assert.throws(() => Governor.fromJson(config, { clock: 'manual' }), (e) => {
+      assert.ok(e instanceof InvalidConfigError, String(e));
+      assert.deepEqual([e.field, e.value], [field, value]);
+      return true;
+    });
+  const limits = [{ dimension: 'requests', amount: 10, window: '1m' }];
+  refuses({ safety_margin: NaN, scopes: { a: { limits } } }, 'safety_margin', 'NaN');
+  refuses({ scopes: { p: { provider: true, limits: [{ dimension: 'tokens', amount: Infinity, window: '1m' }] } } }, 'scopes.p.limits[0].amount', 'Infinity');
+  refuses({ adaptive: { decrease: -Infinity }, scopes: { a: { limits } } }, 'adaptive.decrease', '-Infinity');
+});

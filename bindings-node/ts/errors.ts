@@ -219,6 +219,31 @@ export function jsonOf(field: string, value: unknown): string {
 }
 
 /**
+ * A config object as JSON text, for the addon. A number JSON cannot hold
+ * (NaN, ±Infinity) is refused naming its path, as the core names a TOML
+ * `nan`: JSON.stringify writes it as null, which every optional field
+ * reads as left out (`safety_margin: NaN` loaded as the default 1).
+ */
+export function configJsonOf(config: unknown): string {
+  refuseNonFinite(config, '', new Set());
+  return jsonOf('config', config);
+}
+
+function refuseNonFinite(value: unknown, path: string, seen: Set<object>): void {
+  if (typeof value === 'number' && !Number.isFinite(value)) {
+    throw invalidConfig(path || 'config', String(value), 'must be a finite number');
+  }
+  // A cycle is jsonOf's to refuse.
+  if (value === null || typeof value !== 'object' || seen.has(value)) return;
+  seen.add(value);
+  if (Array.isArray(value)) {
+    value.forEach((item, index) => refuseNonFinite(item, `${path}[${index}]`, seen));
+  } else {
+    for (const [key, item] of Object.entries(value)) refuseNonFinite(item, path ? `${path}.${key}` : key, seen);
+  }
+}
+
+/**
  * Refuses a key of `object` that is not one of `known`, naming it (and the
  * known key it likely misspells): a misspelt count would otherwise be
  * ignored, and default to 0.

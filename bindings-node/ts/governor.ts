@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 
 import native, { Metrics, NativeGovernor, QueueMetrics, ProfileArgs, Snapshot } from './native';
-import { invalidArgument, invalidConfig, jsonOf, knownKeys, wellFormed } from './errors';
+import { configJsonOf, invalidArgument, invalidConfig, knownKeys, wellFormed } from './errors';
 import { ARGS, count, optionalCount } from './hot';
 import { Permit, RoutedPermit } from './permit';
 import { countChatTokens, countTokens } from './tokens';
@@ -130,7 +130,7 @@ export class Governor {
   /** A governor from JSON text or a config object (`{ scopes: { … } }`). */
   static fromJson(textOrConfig: string | object, options: GovernorOptions = {}): Governor {
     if (Array.isArray(textOrConfig)) throw invalidArgument('config', textOrConfig, 'must be JSON text or an object such as { scopes }, not an array');
-    const text = typeof textOrConfig === 'string' ? textOrConfig : jsonOf('config', textOrConfig);
+    const text = typeof textOrConfig === 'string' ? textOrConfig : configJsonOf(textOrConfig);
     if (text === undefined) throw invalidArgument('config', textOrConfig, 'must be JSON text or an object');
     return new Governor(native.NativeGovernor.fromJson(text, manual(options)));
   }

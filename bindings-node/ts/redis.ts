@@ -6,7 +6,7 @@
  * the network.
  */
 import native from './native';
-import { invalidArgument, jsonOf, knownKeys, wellFormed } from './errors';
+import { configJsonOf, invalidArgument, knownKeys, wellFormed } from './errors';
 import { count, optionalCount } from './hot';
 import { AcquireRequest, GovernorOptions, inputOf, looksLikePath, manual, readConfig } from './governor';
 import { signalOf } from './waiting';
@@ -88,7 +88,7 @@ export class RedisGovernor {
     if (Array.isArray(textOrConfig) || textOrConfig === null || (typeof textOrConfig !== 'string' && typeof textOrConfig !== 'object')) {
       throw invalidArgument('config', textOrConfig, 'must be JSON text or an object such as { scopes, redis }');
     }
-    const text = typeof textOrConfig === 'string' ? textOrConfig : jsonOf('config', textOrConfig);
+    const text = typeof textOrConfig === 'string' ? textOrConfig : configJsonOf(textOrConfig);
     return new RedisGovernor(native.NativeRedisGovernor.fromJson(text, manual(options)));
   }
 
