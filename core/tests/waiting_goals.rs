@@ -348,24 +348,37 @@ fn guarantees_are_served_first_ceilings_hold_and_spare_capacity_is_lent_by_weigh
 
 #[test]
 fn lending_stops_while_a_guaranteed_waiter_waits() {
+    lending_stops_for_a_guaranteed_waiter_in_batch("batch");
+}
+
+/// As in HTB, a guarantee goes before any borrowing, whatever the class:
+/// a borrower of a higher class waits for a guaranteed waiter too.
+#[test]
+fn lending_stops_while_a_guaranteed_waiter_of_a_lower_class_waits() {
+    lending_stops_for_a_guaranteed_waiter_in_batch("agent");
+}
+
+/// t1 borrows everything in `borrowers`' class; then t0, idle until now and
+/// guaranteed 30k a minute, asks for 20k in `batch`.
+fn lending_stops_for_a_guaranteed_waiter_in_batch(borrowers: &'static str) {
     let extra = r#"
         [shares."tenants/t0"]
         guarantee = 30000
     "#;
     let mut sim = Sim::new(&config(60_000, extra), 2);
-    // t1 borrows everything for a while; t0 is idle, its guarantee unused.
-    sim.run_backlogged(&[0, 1_000], "batch", 60 * SECOND);
+    sim.run_backlogged(&[0, 1_000], borrowers, 60 * SECOND);
     let arrived = sim.now;
     let borrowed_before = sim.admitted[1];
     assert!(sim.submit(0, 20_000, "batch", None));
-    while sim.admitted[0] == 0 {
-        sim.refill(&[0, 1_000], "batch");
+    while sim.admitted[0] == 0 && sim.now - arrived <= 60 * SECOND {
+        sim.refill(&[0, 1_000], borrowers);
         sim.poll();
         if sim.admitted[0] == 0 {
-            sim.refill(&[0, 1_000], "batch");
+            sim.refill(&[0, 1_000], borrowers);
             sim.advance(u64::MAX);
         }
     }
+    assert!(sim.admitted[0] > 0, "the guaranteed request still waits after a minute");
     // Nothing was lent while the guaranteed request waited, so it waited
     // only for 20k tokens to refill at 1k a second (what was left over
     // when it came counts for it).

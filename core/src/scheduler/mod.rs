@@ -13,13 +13,11 @@
 //!
 //! # Order of service
 //!
-//! 1. **Classes**, strictly by priority: `interactive` (40), `agent` (30),
-//!    the unnamed default class (25), `batch` (20), `eval` (10),
-//!    `background` (0), or as configured (`[classes.<name>]`). A lower class
-//!    is served only from capacity no higher class's head is waiting for.
-//! 2. **HTB phases**, within a class: first the tenants under their
-//!    guaranteed rate (`[shares."<path>"] guarantee`), then everyone under
-//!    their ceiling (borrowing), each phase its own round robin. The
+//! 1. **HTB phases**, as in Linux HTB: first the tenants under their
+//!    guaranteed rate (`[shares."<path>"] guarantee`), in every class, then
+//!    everyone under their ceiling (borrowing), each phase its own round
+//!    robin. So lending stops while a guaranteed waiter waits, whatever the
+//!    borrower's class (guarantees are bounded by what is configured). The
 //!    guarantee meter counts what was served under the guarantee, the
 //!    ceiling counts everything: a tenant gets its guarantee plus its
 //!    weighted share of what is spare, up to its ceiling. The ceiling binds
@@ -28,6 +26,11 @@
 //!    ceiling and charge it, and a request over it waits for it (refused at
 //!    once if that is past its deadline). [`crate::Governor::try_acquire`]
 //!    does not go through the queues: it neither reads nor charges a ceiling.
+//! 2. **Classes**, within a phase, strictly by priority: `interactive`
+//!    (40), `agent` (30), the unnamed default class (25), `batch` (20),
+//!    `eval` (10), `background` (0), or as configured (`[classes.<name>]`).
+//!    A lower class is served only from capacity no higher class's head is
+//!    waiting for.
 //! 3. **Tenants**, within a phase, by deficit round robin on token cost:
 //!    each visit credits `quantum × weight` tokens, and a tenant's head is
 //!    admitted while its deficit covers its cost (input plus expected
@@ -292,15 +295,18 @@ impl Scheduler {
         let mut pass = Pass { now, admit, held: Held::default(), wake: None, out };
         let mut order: Vec<usize> = (0..self.classes.len()).collect();
         order.sort_by_key(|&c| Reverse(self.classes[c].settings.priority));
-        for class in order {
-            let queue = &mut self.classes[class];
-            if queue.depth() == 0 {
-                continue;
+        // As in HTB, traffic under its guarantee goes before any borrowing,
+        // whatever its class: a guaranteed head refused holds the line for
+        // every class's borrowers after it, so lending stops while it waits.
+        let phases: &[Phase] =
+            if self.guarantees { &[Phase::Guaranteed, Phase::Borrowing] } else { &[Phase::Borrowing] };
+        for &phase in phases {
+            for &class in &order {
+                let queue = &mut self.classes[class];
+                if queue.depth() > 0 {
+                    serve::serve(queue, &mut self.meters, phase, &mut pass);
+                }
             }
-            if self.guarantees {
-                serve::serve(queue, &mut self.meters, Phase::Guaranteed, &mut pass);
-            }
-            serve::serve(queue, &mut self.meters, Phase::Borrowing, &mut pass);
         }
         self.wake = pass.wake;
         for outcome in &out[first..] {
