@@ -16,6 +16,7 @@ use crate::permit::PyPermit;
 use crate::request::{self, RequestArgs};
 use crate::routing::{self, PyProfile};
 use crate::waiting::{self, Reservation};
+use crate::wake::Acquiring;
 
 /// A route: the scopes a request is charged on, resolved once. Pass it as
 /// `paths` to skip resolving again.
@@ -197,7 +198,7 @@ impl PyGovernor {
         priority: Option<&Bound<'py, PyAny>>,
         deadline_ms: Option<&Bound<'py, PyAny>>,
         extra: Option<&Bound<'py, PyDict>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    ) -> PyResult<Bound<'py, Acquiring>> {
         let request_args = RequestArgs {
             input_tokens,
             text,
@@ -370,7 +371,7 @@ impl PyGovernor {
         priority: Option<&Bound<'py, PyAny>>,
         deadline_ms: Option<&Bound<'py, PyAny>>,
         extra: Option<&Bound<'py, PyDict>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    ) -> PyResult<Bound<'py, Acquiring>> {
         no_unknown("acquire_profile", extra)?;
         let profile = routing::resolve(slf, profile, paths)?;
         let request_args = RequestArgs {

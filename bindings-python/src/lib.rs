@@ -32,6 +32,7 @@ fn _llmgov(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<waiting::Reservation>()?;
     module.add_class::<wake::Driver>()?;
     module.add_class::<wake::Forget>()?;
+    module.add_class::<wake::Acquiring>()?;
     module.add_class::<feedback::PyRetryPolicy>()?;
     module.add_class::<redis::PyRedisGovernor>()?;
     module.add_class::<redis::PyRedisRoute>()?;

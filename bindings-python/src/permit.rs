@@ -49,6 +49,13 @@ impl PyPermit {
         self.gov.bind(py).get().gov.settle(&mut self.permit, usage).py_err()
     }
 
+    /// Cancels it if it is still pending: a permit granted to a caller that
+    /// never received it (see `wake::Acquiring`). Nothing to give back if it
+    /// is finished or expired.
+    pub fn give_back(&mut self, py: Python<'_>) {
+        let _ = self.gov.bind(py).get().gov.cancel(&mut self.permit);
+    }
+
     /// What leaving a `with` block does: an exception (`exc_type` not
     /// None) cancels a pending permit; otherwise a pending permit is
     /// settled as estimated.

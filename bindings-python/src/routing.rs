@@ -20,6 +20,7 @@ use crate::errors::{invalid, IntoPyResult};
 use crate::governor::PyGovernor;
 use crate::permit::PyPermit;
 use crate::request::{path_list, RequestArgs};
+use crate::waiting;
 use crate::wake::{self, Waiting};
 
 /// A model profile and its fallback chain resolved for a consumer's paths,
@@ -109,17 +110,17 @@ fn waiting_request(
     wait: &WaitArgs<'_, '_>,
 ) -> PyResult<Request> {
     let request = args.request(gov.py(), &gov.get().gov, profile.route.primary())?;
-    crate::waiting::with_waiting(request, wait.priority, wait.deadline_ms)
+    waiting::with_waiting(request, wait.priority, wait.deadline_ms)
 }
 
-/// `await gov.acquire_profile(...)`: an asyncio future resolved on the
-/// loop's thread to a routed `Permit` or the mapped refusal.
+/// `await gov.acquire_profile(...)`: an awaitable resolved on the loop's
+/// thread to a routed `Permit` or the mapped refusal.
 pub fn acquire_async<'py>(
     gov: &Bound<'py, PyGovernor>,
     profile: &PyProfile,
     args: &RequestArgs<'_, 'py>,
     wait: &WaitArgs<'_, 'py>,
-) -> PyResult<Bound<'py, PyAny>> {
+) -> PyResult<Bound<'py, wake::Acquiring>> {
     let request = waiting_request(gov, profile, args, wait)?;
     wake::wait_async(gov, |core| Waiting::Profile(ProfileAcquire::start(core, &profile.route, &request)))
 }

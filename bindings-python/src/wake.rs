@@ -10,6 +10,10 @@
 //! holds, or waits for, the GIL. A request by profile finishes where it is
 //! polled, on the loop's thread: its budget thresholds are checked again
 //! once its deployment admits it (see `routing::ProfileAcquire`).
+//!
+//! The caller awaits an [`Acquiring`], not the asyncio future itself: a
+//! task cancelled after the loop resolved its future but before the task
+//! resumed never receives the permit, and only the awaitable sees that.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -21,8 +25,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
 use llmgov::{Acquire, Permit, Routed};
+use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
 use pyo3::prelude::*;
-use pyo3::{PyTraverseError, PyVisit};
+use pyo3::types::PyTuple;
+use pyo3::{intern, PyTraverseError, PyVisit};
 
 use crate::errors::to_py;
 use crate::governor::PyGovernor;
@@ -149,7 +155,9 @@ impl Driver {
 }
 
 /// Hands the outcome to the asyncio future, on the loop's thread. A permit
-/// granted just as the caller gave up is cancelled, so nothing leaks.
+/// granted after the caller gave up (its future cancelled) is cancelled
+/// here; one granted just before, while the caller's task had yet to
+/// resume, is cancelled by the caller's [`Acquiring`]. So nothing leaks.
 fn resolve(py: Python<'_>, task: &Task, outcome: llmgov::Result<Granted>) {
     let future = task.future.bind(py);
     let pending = future.call_method0("done").and_then(|d| d.is_truthy()).map(|done| !done).unwrap_or(false);
@@ -269,20 +277,21 @@ impl Forget {
     }
 }
 
-/// `await gov.acquire(...)`: an asyncio future of the running loop,
-/// resolved to a `Permit` or the mapped refusal.
-pub fn acquire_async<'py>(gov: &Bound<'py, PyGovernor>, request: llmgov::Request) -> PyResult<Bound<'py, PyAny>> {
+/// `await gov.acquire(...)`: an awaitable of the running loop, resolved to
+/// a `Permit` or the mapped refusal.
+pub fn acquire_async<'py>(gov: &Bound<'py, PyGovernor>, request: llmgov::Request) -> PyResult<Bound<'py, Acquiring>> {
     wait_async(gov, |core| Waiting::Route(core.acquire(&request)))
 }
 
-/// An asyncio future of the running loop, resolved to a `Permit` or the
-/// mapped refusal by what `start` begins waiting for; cancelling it leaves
-/// the queue. `start` runs once the future exists, so that nothing
-/// admitted is dropped when there is no running loop.
+/// An awaitable of the running loop (an [`Acquiring`] over an asyncio
+/// future), resolved to a `Permit` or the mapped refusal by what `start`
+/// begins waiting for; cancelling the awaiting task leaves the queue.
+/// `start` runs once the future exists, so that nothing admitted is
+/// dropped when there is no running loop.
 pub fn wait_async<'py>(
     gov: &Bound<'py, PyGovernor>,
     start: impl FnOnce(&llmgov::Governor) -> Waiting,
-) -> PyResult<Bound<'py, PyAny>> {
+) -> PyResult<Bound<'py, Acquiring>> {
     let py = gov.py();
     let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
     let future = event_loop.call_method0("create_future")?;
@@ -291,5 +300,140 @@ pub fn wait_async<'py>(
     let id = driver.get().start(waiting, future.clone().unbind(), gov.clone().unbind());
     let forget = Forget { driver: driver.unbind(), id };
     future.call_method1("add_done_callback", (forget,))?;
-    Ok(future)
+    Bound::new(py, Acquiring::new(future.unbind()))
+}
+
+/// What `gov.acquire(...)`, `gov.acquire_profile(...)` and `async with
+/// gov.reserve(...)` await: the driver's asyncio future, awaited as asyncio
+/// awaits a future, handing its permit to the caller.
+///
+/// A task cancelled after the loop resolved the future but before the task
+/// resumed (`asyncio.wait_for`, `asyncio.timeout` or a `TaskGroup` firing
+/// in the loop iteration that granted the permit) never receives the
+/// permit: `Task.cancel()` cannot cancel a done future (the driver, and
+/// the future's `Forget`, are through with it), so the task is resumed
+/// with the `CancelledError` thrown in here instead. So whatever is thrown in, or a `close()`, gives back what
+/// the caller will never see: a permit the future holds is cancelled (as
+/// `asyncio.Lock.acquire` releases a lock granted to a waiter cancelled
+/// meanwhile), a future still pending is cancelled (the request leaves the
+/// queue). One dropped before its outcome was taken gives it back the same
+/// way.
+#[pyclass(name = "_Acquiring", module = "llmgov._llmgov")]
+pub struct Acquiring {
+    /// The driver's future (None only once the garbage collector cleared it).
+    future: Option<Py<PyAny>>,
+    /// Whether its outcome went to the caller, or was given back.
+    finished: bool,
+}
+
+impl Acquiring {
+    fn new(future: Py<PyAny>) -> Self {
+        Acquiring { future: Some(future), finished: false }
+    }
+
+    /// Gives back what the caller stopped waiting for (see [`Acquiring`]).
+    /// What fails here has no caller left to reach: it goes to
+    /// `sys.unraisablehook`.
+    fn give_back(&mut self, py: Python<'_>) {
+        let Some(future) = self.future.as_ref().filter(|_| !self.finished) else { return };
+        self.finished = true;
+        let future = future.bind(py);
+        let given_back = (|| -> PyResult<()> {
+            if !future.call_method0(intern!(py, "done"))?.is_truthy()? {
+                future.call_method0(intern!(py, "cancel"))?;
+                return Ok(());
+            }
+            if future.call_method0(intern!(py, "cancelled"))?.is_truthy()?
+                || !future.call_method0(intern!(py, "exception"))?.is_none()
+            {
+                return Ok(());
+            }
+            let permit = future.call_method0(intern!(py, "result"))?;
+            permit.cast::<PyPermit>()?.borrow_mut().give_back(py);
+            Ok(())
+        })();
+        if let Err(error) = given_back {
+            error.write_unraisable(py, Some(future));
+        }
+    }
+
+    fn future<'py>(&self, py: Python<'py>) -> PyResult<&Bound<'py, PyAny>> {
+        match &self.future {
+            Some(future) => Ok(future.bind(py)),
+            None => Err(PyRuntimeError::new_err("the acquire was cleared by the garbage collector")),
+        }
+    }
+}
+
+#[pymethods]
+impl Acquiring {
+    fn __await__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    /// Yields the future to the task until it is done (as asyncio's own
+    /// future iterator does), then returns its permit or raises its
+    /// refusal.
+    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        if self.finished {
+            return Err(PyRuntimeError::new_err("cannot reuse an acquire already awaited"));
+        }
+        let future = self.future(py)?.clone();
+        if !future.call_method0(intern!(py, "done"))?.is_truthy()? {
+            future.setattr(intern!(py, "_asyncio_future_blocking"), true)?;
+            return Ok(future);
+        }
+        self.finished = true;
+        let permit = future.call_method0(intern!(py, "result"))?;
+        Err(PyStopIteration::new_err((permit.unbind(),)))
+    }
+
+    fn send<'py>(&mut self, py: Python<'py>, _value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        self.__next__(py)
+    }
+
+    /// The task stopped waiting (a `CancelledError` thrown in): gives back
+    /// what the future holds, then raises what was thrown, in whichever of
+    /// `throw`'s forms it came (asyncio's own future iterator raises it).
+    #[pyo3(signature = (*thrown))]
+    fn throw<'py>(&mut self, py: Python<'py>, thrown: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+        self.give_back(py);
+        let raiser = self.future(py)?.call_method0(intern!(py, "__await__"))?;
+        raiser.call_method1(intern!(py, "throw"), thrown)
+    }
+
+    fn close(&mut self, py: Python<'_>) {
+        self.give_back(py);
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(future) = &self.future {
+            visit.call(future)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&mut self) {
+        self.future = None;
+    }
+}
+
+impl Drop for Acquiring {
+    /// Never awaited to the end (dropped unawaited, say): the permit its
+    /// future holds, or will hold, is given back. It may be dropped while an
+    /// exception propagates (a frame that held it unwinding): that exception
+    /// is set aside meanwhile, or the calls here would swallow it and the
+    /// frame would return NULL with no exception set (a segfault in asyncio's
+    /// task step).
+    fn drop(&mut self) {
+        if self.future.is_some() && !self.finished {
+            Python::attach(|py| {
+                let propagating = PyErr::take(py);
+                self.give_back(py);
+                if let Some(error) = propagating {
+                    error.restore(py);
+                }
+            });
+        }
+    }
 }

@@ -243,8 +243,8 @@ async def test_cancelling_a_waiter_leaves_the_queue(gov: llmgov.Governor) -> Non
 async def test_a_waiter_cancelled_before_the_loop_polls_it_holds_nothing(gov: llmgov.Governor, by_profile: bool) -> None:
     """Admitted at once, then cancelled before the event loop resolved it:
     the permit is cancelled, not left to expire."""
-    waiting = gov.acquire_profile("main", 10) if by_profile else gov.acquire("a/org", 10)
-    waiting.cancel()  # type: ignore[attr-defined]
+    waiting = asyncio.ensure_future(gov.acquire_profile("main", 10) if by_profile else gov.acquire("a/org", 10))
+    waiting.cancel()
     await asyncio.sleep(0.02)
     assert in_use(gov, "a/org", "requests") == 0 and in_use(gov, "a/org", "tokens") == 0
 

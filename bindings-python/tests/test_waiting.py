@@ -8,14 +8,17 @@ import asyncio
 import gc
 import os
 import signal
+import subprocess
+import sys
 import threading
 import warnings
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import pytest
 from conftest import until
 
 import llmgov
+from llmgov import _wake
 
 CONFIG = {
     "scopes": {"p": {"limits": [{"dimension": "requests", "amount": 1, "window": "1s"}]}},
@@ -73,6 +76,68 @@ async def test_cancelling_a_waiter_leaves_the_queue_and_leaks_nothing(gov: llmgo
     await until(lambda: depth(gov) == 0)
     gov.advance(1000)
     gov.try_acquire("p").settle()  # the refill is all still there
+
+
+# One request in flight at a time, on a route and through a profile.
+ONE_SLOT = {
+    "scopes": {"c": {"provider": True, "limits": [{"dimension": "concurrency", "amount": 1}]}},
+    "profiles": {"main": {"deployments": ["c"]}},
+}
+
+
+def slot_in_use(gov: llmgov.Governor) -> int:
+    return gov.snapshot()["scopes"][0]["limits"][0]["in_use"]
+
+
+async def hold_through_reserve(gov: llmgov.Governor) -> llmgov.Permit:
+    async with gov.reserve("c") as permit:
+        return permit
+
+
+WAITS: "dict[str, Callable[[llmgov.Governor], Awaitable[Any]]]" = {
+    "acquire": lambda gov: gov.acquire("c"),
+    "acquire_profile": lambda gov: gov.acquire_profile("main"),
+    "async with reserve": hold_through_reserve,
+}
+
+
+@pytest.mark.parametrize("wait", WAITS.values(), ids=WAITS.keys())
+async def test_a_task_cancelled_as_its_permit_is_granted_gives_the_permit_back(wait: Any) -> None:
+    """The driver resolved the acquire, then the task was cancelled before it
+    resumed (`asyncio.wait_for`, `asyncio.timeout` or a TaskGroup firing in
+    the loop iteration of the grant): the task never received the permit,
+    which stayed pending, holding the slot, until its TTL."""
+    gov = llmgov.Governor.from_dict(ONE_SLOT, clock="manual")
+    loop = asyncio.get_running_loop()
+    driver = _wake.driver(loop)
+
+    async def caller() -> Any:
+        return await wait(gov)
+
+    task = asyncio.ensure_future(caller())
+
+    def resolve_then_cancel() -> None:
+        driver.drain()  # hands the permit to the acquire's future
+        task.cancel()  # in the same loop iteration, before the task resumes
+
+    loop.add_reader(driver.fileno(), resolve_then_cancel)
+    try:
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        loop.add_reader(driver.fileno(), driver.drain)
+    assert slot_in_use(gov) == 0, "the permit nobody received still holds the slot"
+
+
+@pytest.mark.parametrize("start", [lambda gov: gov.acquire("c"), lambda gov: gov.acquire_profile("main")], ids=["acquire", "acquire_profile"])
+async def test_an_acquire_never_awaited_gives_its_permit_back_when_dropped(start: Any) -> None:
+    """Admitted at the call, then dropped before the event loop resolved it:
+    the permit is cancelled, not left to expire."""
+    gov = llmgov.Governor.from_dict(ONE_SLOT, clock="manual")
+    never_awaited = start(gov)
+    assert slot_in_use(gov) == 1
+    del never_awaited
+    await until(lambda: slot_in_use(gov) == 0)
 
 
 def test_acquire_blocking_releases_the_gil_while_parked(gov: llmgov.Governor) -> None:

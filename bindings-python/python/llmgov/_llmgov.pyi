@@ -30,6 +30,7 @@ __all__ = [
     "Route",
     "UnknownPreset",
     "UnknownScope",
+    "_Acquiring",
     "_Driver",
     "_Forget",
     "_RedisAttempt",
@@ -389,6 +390,17 @@ class _RedisAttempt:
     """One waiting acquire of a RedisGovernor (llmgov._redis_wait)."""
 
     def step(self) -> Union["RedisPermit", float]: ...
+
+@final
+class _Acquiring:
+    """What `acquire` and `acquire_profile` return: awaits the driver's
+    future; a caller that stops waiting gives back what it was granted."""
+
+    def __await__(self) -> "_Acquiring": ...
+    def __next__(self) -> Any: ...
+    def send(self, _value: Any) -> Any: ...
+    def throw(self, *thrown: Any) -> Any: ...
+    def close(self) -> None: ...
 
 @final
 class _Forget:
