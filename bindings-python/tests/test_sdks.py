@@ -363,6 +363,44 @@ async def test_an_async_body_read_error_settles_before_it_propagates() -> None:
     assert reserved == 0 and used > 100
 
 
+async def test_an_async_call_cancelled_in_flight_settles_its_permit_as_estimated() -> None:
+    """The caller's task cancelled while the request was in flight
+    (`asyncio.wait_for` around an SDK call): CancelledError is not an
+    httpx.TransportError, so the permit was left pending until its TTL."""
+    gov = llmgov.Governor.from_dict(ODD_GOVERNOR, clock="manual")
+    in_flight = asyncio.Event()
+
+    async def never_answers(request: httpx.Request) -> httpx.Response:
+        in_flight.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    transport = AsyncGovernedTransport(gov, paths="p", transport=httpx.MockTransport(never_answers))
+    async with httpx.AsyncClient(transport=transport) as client:
+        call = asyncio.ensure_future(client.post("http://x/v1/chat/completions", json=ODD_BODY))
+        await in_flight.wait()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    reserved, used = tokens_held(gov)
+    # Never pending; charged as estimated, since the provider may have counted it.
+    assert reserved == 0 and used > 100
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, RuntimeError], ids=["KeyboardInterrupt", "a custom transport's bug"])
+def test_a_sync_call_failing_with_other_than_a_transport_error_settles_its_permit(raised: type) -> None:
+    gov = llmgov.Governor.from_dict(ODD_GOVERNOR, clock="manual")
+
+    def broken(request: httpx.Request) -> httpx.Response:
+        raise raised("not an httpx.TransportError")
+
+    with httpx.Client(transport=GovernedTransport(gov, paths="p", transport=httpx.MockTransport(broken))) as client:
+        with pytest.raises(raised):
+            client.post("http://x/v1/chat/completions", json=ODD_BODY)
+    reserved, used = tokens_held(gov)
+    assert reserved == 0 and used > 100, "the permit was left pending"
+
+
 def test_a_stream_whose_usage_the_governor_refuses_settles_the_output_it_carried() -> None:
     events = [
         {"choices": [{"delta": {"content": "hi there"}}]},

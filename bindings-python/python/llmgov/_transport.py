@@ -146,6 +146,19 @@ def _cancel(permit: Permit) -> None:
         pass
 
 
+def _unanswered(permit: Permit) -> None:
+    """The wrapped transport raised something other than a transport error
+    before any answer came: the caller's task cancelled while the request was
+    in flight (`asyncio.wait_for` around an SDK call), KeyboardInterrupt, a
+    bug in a custom transport. Whether the request reached the provider
+    cannot be told, and a provider that received it counts it against its
+    limits (and may bill it), so the permit is settled as estimated rather
+    than refunded: a refund of a request the provider counted would let the
+    next one into a 429. It is never left pending, holding its concurrency
+    slot until its TTL."""
+    _settle_reported(permit, {})
+
+
 def _invalid(field: str, value: Any, reason: str) -> InvalidRequest:
     """An `InvalidRequest` with the attributes the compiled module's carry
     (`field`, `value` as Python writes it, `reason`)."""
@@ -251,6 +264,9 @@ class SyncGoverned(_Governed):
                 time.sleep(delay)
                 attempt += 1
                 continue
+            except BaseException:
+                _unanswered(permit)
+                raise
             if estimate.stream and response.status_code < 300:
                 permit.report(response.status_code, response.headers, b"")
                 response.stream = self._stream(response.stream, permit, _wire.StreamUsage(estimate.model))
@@ -311,6 +327,9 @@ class AsyncGoverned(_Governed):
                 await asyncio.sleep(delay)
                 attempt += 1
                 continue
+            except BaseException:
+                _unanswered(permit)
+                raise
             if estimate.stream and response.status_code < 300:
                 permit.report(response.status_code, response.headers, b"")
                 response.stream = self._stream(response.stream, permit, _wire.StreamUsage(estimate.model))
