@@ -81,39 +81,60 @@ pub struct Reservation {
     gov: Py<PyGovernor>,
     request: Request,
     timeout: Option<Duration>,
-    permit: Option<Py<PyPermit>>,
+    entry: Entry,
 }
 
 impl Reservation {
     pub fn new(gov: Py<PyGovernor>, request: Request, timeout: Option<Duration>) -> Self {
-        Reservation { gov, request, timeout, permit: None }
+        Reservation { gov, request, timeout, entry: Entry::Free }
     }
 
     fn leave(&mut self, py: Python<'_>, exc_type: &Bound<'_, PyAny>) -> PyResult<bool> {
-        if let Some(permit) = self.permit.take() {
-            permit.bind(py).borrow_mut().leave(py, exc_type)?;
+        // A block still waiting to enter (in another task) keeps its mark.
+        if let Entry::Entered(_) = self.entry {
+            if let Entry::Entered(permit) = std::mem::replace(&mut self.entry, Entry::Free) {
+                permit.bind(py).borrow_mut().leave(py, exc_type)?;
+            }
         }
         Ok(false)
     }
 
-    /// Refuses a second entry while the first one's permit is held: its
-    /// permit would be forgotten, pending until its TTL.
-    fn not_entered(&self, py: Python<'_>) -> PyResult<()> {
-        if self.permit.is_none() {
+    /// Marks it entering, before the wait, or refuses a second entry while
+    /// the first one waits for its permit or holds it: both would enter,
+    /// and the first permit would be forgotten, pending until its TTL.
+    fn start_entering(&mut self, py: Python<'_>) -> PyResult<()> {
+        if let Entry::Free = self.entry {
+            self.entry = Entry::Entering;
             return Ok(());
         }
-        let reason = "is already entered and holds a permit; leave the block before entering it again";
+        let reason = "is already entered, or waiting to enter, by another block; \
+                      leave that block before entering it again, or make one reservation per block";
         Err(errors::invalid_text(py, "reservation", "entered", reason.to_owned()))
+    }
+
+    /// The wait ended: entered with `permit`, or free again if it failed.
+    fn finish_entering(&mut self, permit: Option<Py<PyPermit>>) {
+        self.entry = match permit {
+            Some(permit) => Entry::Entered(permit),
+            None => Entry::Free,
+        };
     }
 }
 
 #[pymethods]
 impl Reservation {
-    fn __enter__(&mut self, py: Python<'_>) -> PyResult<Py<PyPermit>> {
-        self.not_entered(py)?;
-        let permit = Py::new(py, acquire_blocking(self.gov.bind(py), self.request, self.timeout)?)?;
-        self.permit = Some(permit.clone_ref(py));
-        Ok(permit)
+    fn __enter__(slf: &Bound<'_, Self>) -> PyResult<Py<PyPermit>> {
+        let py = slf.py();
+        // Not borrowed while waiting: another thread entering meanwhile
+        // must find it entering, not borrowed.
+        let (gov, request, timeout) = {
+            let mut this = slf.borrow_mut();
+            this.start_entering(py)?;
+            (this.gov.clone_ref(py), this.request, this.timeout)
+        };
+        let permit = acquire_blocking(gov.bind(py), request, timeout).and_then(|permit| Py::new(py, permit));
+        slf.borrow_mut().finish_entering(permit.as_ref().ok().map(|permit| permit.clone_ref(py)));
+        permit
     }
 
     fn __exit__(
@@ -129,17 +150,22 @@ impl Reservation {
     fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let (gov, request) = {
-            let this = slf.borrow();
-            this.not_entered(py)?;
+            let mut this = slf.borrow_mut();
+            this.start_entering(py)?;
             (this.gov.clone_ref(py), this.request)
         };
-        let waiting = acquire_async(gov.bind(py), request)?;
-        py.import("llmgov._reserve")?.call_method1("enter", (slf, waiting))
+        let entering = acquire_async(gov.bind(py), request)
+            .and_then(|waiting| py.import("llmgov._reserve")?.call_method1("enter", (slf, waiting)));
+        if entering.is_err() {
+            slf.borrow_mut().finish_entering(None);
+        }
+        entering
     }
 
-    /// Records the permit `async with` entered with (called by `llmgov._reserve.enter`).
-    fn _entered(&mut self, permit: Py<PyPermit>) {
-        self.permit = Some(permit);
+    /// Records the permit `async with` entered with, or None if its wait
+    /// failed (called by `llmgov._reserve.enter`).
+    fn _entered(&mut self, permit: Option<Py<PyPermit>>) {
+        self.finish_entering(permit);
     }
 
     fn __aexit__(

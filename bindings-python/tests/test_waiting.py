@@ -204,6 +204,48 @@ async def test_a_reservation_entered_twice_refuses_the_second_entry() -> None:
     assert reused.state == "settled"
 
 
+async def test_one_reservation_entered_by_two_tasks_at_once_refuses_the_second() -> None:
+    """Both passed the check before either had its permit: both entered, and
+    the first permit was forgotten, pending until its TTL."""
+    gov = llmgov.Governor.from_dict(
+        {"scopes": {"c": {"limits": [{"dimension": "concurrency", "amount": 2}]}}}, clock="manual"
+    )
+    reservation = gov.reserve("c")
+
+    async def use() -> str:
+        async with reservation as permit:
+            await asyncio.sleep(0)
+        return permit.state
+
+    first, second = await asyncio.gather(use(), use(), return_exceptions=True)
+    assert first == "settled"
+    assert isinstance(second, llmgov.InvalidRequest) and second.field == "reservation", second
+    assert slot_in_use(gov) == 0
+    assert await use() == "settled"  # free again once left
+
+
+def test_one_reservation_entered_by_two_threads_at_once_refuses_the_second(gov: llmgov.Governor) -> None:
+    """The first thread waits in the queue; the second found the reservation
+    borrowed (a RuntimeError) rather than entered."""
+    reservation = gov.reserve("p", timeout=30)
+    entered = []
+    first = threading.Thread(target=lambda: entered.append(reservation.__enter__()))
+    first.start()
+    for _ in range(5000):
+        if depth(gov) == 1:
+            break
+        threading.Event().wait(0.001)
+    assert depth(gov) == 1
+    with pytest.raises(llmgov.InvalidRequest) as twice:
+        reservation.__enter__()
+    assert twice.value.field == "reservation"
+    gov.advance(1000)
+    first.join(10)
+    assert not first.is_alive() and entered[0].state == "pending"
+    reservation.__exit__(None, None, None)
+    assert entered[0].state == "settled"
+
+
 async def test_reserve_async_with_waits_then_settles_or_cancels(gov: llmgov.Governor) -> None:
     async def use() -> str:
         async with gov.reserve("p") as permit:

@@ -6,7 +6,13 @@ from typing import Any
 
 
 async def enter(reservation: Any, waiting: Any) -> Any:
-    """Awaits the permit, records it in the reservation, and returns it."""
-    permit = await waiting
+    """Awaits the permit, records it in the reservation, and returns it. A
+    wait that fails (a refusal, the task cancelled) leaves the reservation
+    free to enter again."""
+    try:
+        permit = await waiting
+    except BaseException:
+        reservation._entered(None)
+        raise
     reservation._entered(permit)
     return permit
