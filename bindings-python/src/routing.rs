@@ -125,8 +125,9 @@ pub fn acquire_async<'py>(
     wake::wait_async(gov, |core| Waiting::Profile(ProfileAcquire::start(core, &profile.route, &request)))
 }
 
-/// `gov.acquire_profile_blocking(...)`: parks the thread, the GIL released,
-/// for at most `timeout`, until a routed `Permit` or a refusal.
+/// `gov.acquire_profile_blocking(...)`: parks the thread, the GIL released
+/// (and Ctrl-C let in, see `waiting::block_on`), for at most `timeout`,
+/// until a routed `Permit` or a refusal.
 pub fn acquire_blocking(
     gov: &Bound<'_, PyGovernor>,
     profile: &PyProfile,
@@ -134,9 +135,9 @@ pub fn acquire_blocking(
     wait: &WaitArgs<'_, '_>,
     timeout: Option<Duration>,
 ) -> PyResult<PyPermit> {
-    let request = waiting_request(gov, profile, args, wait)?;
-    let core = &gov.get().gov;
-    let routed = gov.py().detach(|| core.acquire_profile_blocking(&profile.route, &request, timeout)).py_err()?;
+    let request = waiting::within(waiting_request(gov, profile, args, wait)?, timeout);
+    let waiting = ProfileAcquire::start(&gov.get().gov, &profile.route, &request);
+    let routed = waiting::block_on(gov.py(), waiting)?.py_err()?;
     Ok(PyPermit::routed(routed, gov.clone().unbind()))
 }
 

@@ -1,12 +1,18 @@
 //! Waiting for admission: `await gov.acquire(...)` (an asyncio future the
 //! event loop resolves itself, see `wake.rs`), `gov.acquire_blocking(...)`
-//! (the GIL released while the thread is parked), and `gov.reserve(...)`, a
-//! context manager for `with` and `async with` that settles or cancels on
-//! exit.
+//! (the GIL released while the thread is parked, taken back now and then to
+//! let Ctrl-C in), and `gov.reserve(...)`, a context manager for `with` and
+//! `async with` that settles or cancels on exit.
 
-use std::time::Duration;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
 
 use llmgov::Request;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -62,20 +68,118 @@ pub fn timeout(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
 
 pub use crate::wake::acquire_async;
 
+/// The longest a blocking wait keeps the GIL released before it takes it
+/// back to run pending signal handlers, so that Ctrl-C stops a wait of any
+/// length within this (here and on a `RedisGovernor`).
+pub const SIGNAL_CHECK: Duration = Duration::from_millis(100);
+
+/// `request`, waiting at most `timeout` too: the scheduler takes the sooner
+/// of a blocking timeout and the request's own deadline, so it is one.
+pub fn within(mut request: Request, timeout: Option<Duration>) -> Request {
+    if let Some(timeout) = timeout {
+        request.deadline = Some(request.deadline.map_or(timeout, |own| own.min(timeout)));
+    }
+    request
+}
+
 /// Parks the thread, the GIL released, until the permit or a refusal.
 pub fn acquire_blocking(
     gov: &Bound<'_, PyGovernor>,
     request: Request,
     timeout: Option<Duration>,
 ) -> PyResult<PyPermit> {
-    let core = gov.get().gov.clone();
-    let permit = gov.py().detach(move || core.acquire_blocking(&request, timeout)).py_err()?;
+    let waiting = gov.get().gov.acquire(&within(request, timeout));
+    let permit = block_on(gov.py(), waiting)?.py_err()?;
     Ok(PyPermit::new(permit, gov.clone().unbind()))
+}
+
+/// Wakes the thread parked in [`block_on`].
+struct Unpark(Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Waits for `waiting`, a request already queued by the core (its
+/// `Acquire`, or a request by profile), parking the thread with the GIL
+/// released. On the main thread, which alone runs Python's signal
+/// handlers, the GIL is taken back every [`SIGNAL_CHECK`] to run them: a
+/// handler's exception (Ctrl-C's `KeyboardInterrupt`) is raised, and
+/// `waiting` dropped, which takes the request out of its queue and cancels
+/// a permit granted to it meanwhile. Between looks the request keeps its
+/// place in the queue: it waits on its own future throughout, never
+/// leaving and entering again.
+pub fn block_on<W>(py: Python<'_>, mut waiting: W) -> PyResult<W::Output>
+where
+    W: Future + Unpin + Send,
+    W::Output: Send,
+{
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    // Most are admitted (or refused) at the call: no need to let the GIL go.
+    if let Poll::Ready(outcome) = Pin::new(&mut waiting).poll(&mut Context::from_waker(&waker)) {
+        return Ok(outcome);
+    }
+    let slice = runs_signal_handlers(py)?.then_some(SIGNAL_CHECK);
+    loop {
+        if let Some(outcome) = py.detach(|| park_until_answered(&mut waiting, &waker, slice)) {
+            return Ok(outcome);
+        }
+        py.check_signals()?;
+    }
+}
+
+/// Polls `waiting` each time `waker` unparks the thread: its outcome, or
+/// None once `slice` (if any) has passed without one.
+fn park_until_answered<W: Future + Unpin>(
+    waiting: &mut W,
+    waker: &Waker,
+    slice: Option<Duration>,
+) -> Option<W::Output> {
+    let mut context = Context::from_waker(waker);
+    let until = slice.map(|slice| Instant::now() + slice);
+    loop {
+        if let Poll::Ready(outcome) = Pin::new(&mut *waiting).poll(&mut context) {
+            return Some(outcome);
+        }
+        match until {
+            None => std::thread::park(),
+            Some(until) => {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return None;
+                }
+                std::thread::park_timeout(left);
+            }
+        }
+    }
+}
+
+/// Whether this is the thread Python runs signal handlers on (the main
+/// thread): on any other, looking for them would wake it for nothing.
+fn runs_signal_handlers(py: Python<'_>) -> PyResult<bool> {
+    let threading = py.import(intern!(py, "threading"))?;
+    Ok(threading.call_method0(intern!(py, "current_thread"))?.is(&threading.call_method0(intern!(py, "main_thread"))?))
+}
+
+/// Where a `Reservation` stands.
+enum Entry {
+    /// Not in a block: it may be entered.
+    Free,
+    /// A `with` or `async with` is waiting for its permit.
+    Entering,
+    /// In a block, holding its permit.
+    Entered(Py<PyPermit>),
 }
 
 /// `gov.reserve(...)`: waits for a permit on entering the block, cancels it
 /// if the block raises, and settles it as estimated if the block left it
-/// pending.
+/// pending. One reservation serves one block at a time.
 #[pyclass(name = "Reservation", module = "llmgov._llmgov")]
 pub struct Reservation {
     gov: Py<PyGovernor>,

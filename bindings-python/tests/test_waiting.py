@@ -370,3 +370,51 @@ def test_a_child_forked_after_the_timer_started_waits_and_drops_the_governor(tmp
     assert os.waitstatus_to_exitcode(status) == 0, errors
     assert "panicked" not in errors, errors
     wait_for_a_refill()  # the parent's timer is untouched
+
+
+# A blocking wait in the main thread, interrupted by SIGINT once it is queued
+# (a helper thread watches the queue and says so), then what it held.
+INTERRUPTED_WAIT = """
+import sys, threading, llmgov
+gov = llmgov.Governor.from_dict({config!r}, clock="manual")
+held = gov.try_acquire("c")
+
+def say_when_queued():
+    while gov.queue_metrics()["depth"] == 0:
+        threading.Event().wait(0.001)
+    print("queued", flush=True)
+
+threading.Thread(target=say_when_queued, daemon=True).start()
+try:
+    {wait}
+except KeyboardInterrupt:
+    held.cancel()
+    print("interrupted", gov.queue_metrics()["depth"], gov.snapshot()["scopes"][0]["limits"][0]["in_use"], flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    "wait",
+    [
+        'gov.acquire_blocking("c")',
+        'gov.acquire_blocking("c", timeout=3600)',
+        'gov.acquire_profile_blocking("main")',
+        'gov.reserve("c").__enter__()',
+    ],
+)
+def test_ctrl_c_interrupts_a_blocking_wait_which_leaves_the_queue(wait: str) -> None:
+    """The thread was parked in the core until admitted or timed out, so
+    Ctrl-C waited for that (forever, without a timeout)."""
+    script = INTERRUPTED_WAIT.format(config=ONE_SLOT, wait=wait)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "queued"
+        child.send_signal(signal.SIGINT)
+        out, _ = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+            pytest.fail(f"{wait} ignored SIGINT for a minute")
+    # Out of the queue, and nothing held once the other permit was cancelled.
+    assert out.split() == ["interrupted", "0", "0"], out

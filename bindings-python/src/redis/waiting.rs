@@ -12,11 +12,7 @@ use pyo3::IntoPyObjectExt;
 use super::{PyRedisGovernor, PyRedisPermit, PyRedisRoute};
 use crate::errors::IntoPyResult;
 use crate::request::RequestArgs;
-use crate::waiting::{deadline, timeout};
-
-/// The longest a blocking wait sleeps before looking at pending signals,
-/// so that Ctrl-C stops a wait of a minute within this.
-const SIGNAL_CHECK: Duration = Duration::from_millis(100);
+use crate::waiting::{deadline, timeout, SIGNAL_CHECK};
 
 /// The sooner of `deadline_ms` and `timeout` (seconds); `None` if neither.
 pub fn time_limit(
