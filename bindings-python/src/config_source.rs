@@ -36,8 +36,10 @@ pub fn dict_value(py: Python<'_>, config: &Bound<'_, PyAny>) -> PyResult<serde_j
         let reason = format!("must be a dict, not {}", type_name(config));
         return Err(errors::config(py, "config", &type_name(config), reason));
     }
-    crate::convert::python_to_value(config)
-        .map_err(|reason| errors::config(py, "config", "<dict>", format!("contains {reason}")))
+    crate::convert::python_to_value(config).map_err(|e| {
+        let field = if e.path.is_empty() { "config".to_owned() } else { e.path };
+        errors::config(py, &field, &e.value, e.reason)
+    })
 }
 
 /// The clock a governor is built with, from its name.

@@ -45,14 +45,26 @@ pub fn value_to_python<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'p
 /// self-referencing containers).
 const MAX_DEPTH: usize = 64;
 
-/// Plain Python data as JSON; `Err` says what could not be converted.
-pub fn python_to_value(value: &Bound<'_, PyAny>) -> Result<Value, String> {
-    to_value(value, 0)
+/// A value of Python data that has no JSON form: where it sits (`path`,
+/// as the core names config fields: `scopes.a.limits[0].amount`, empty at
+/// the top), what it is, and why.
+pub struct Unconvertible {
+    pub path: String,
+    pub value: String,
+    pub reason: String,
 }
 
-fn to_value(value: &Bound<'_, PyAny>, depth: usize) -> Result<Value, String> {
+/// Plain Python data as JSON; `Err` says what could not be converted, and where.
+pub fn python_to_value(value: &Bound<'_, PyAny>) -> Result<Value, Unconvertible> {
+    let mut path = String::new();
+    to_value(value, &mut path, 0).map_err(|(shown, reason)| Unconvertible { path, value: shown, reason })
+}
+
+/// [`python_to_value`] at `path`, which is left where the failure is.
+fn to_value(value: &Bound<'_, PyAny>, path: &mut String, depth: usize) -> Result<Value, (String, String)> {
+    let fail = |reason: String| (value.str().map(|s| s.to_string()).unwrap_or_default(), reason);
     if depth > MAX_DEPTH {
-        return Err(format!("nested deeper than {MAX_DEPTH} levels"));
+        return Err(("…".into(), format!("nested deeper than {MAX_DEPTH} levels")));
     }
     if value.is_none() {
         return Ok(Value::Null);
@@ -64,34 +76,56 @@ fn to_value(value: &Bound<'_, PyAny>, depth: usize) -> Result<Value, String> {
         if let Ok(u) = value.extract::<u64>() {
             return Ok(Value::Number(u.into()));
         }
-        return value.extract::<i64>().map(|i| Value::Number(i.into())).map_err(|_| "an integer out of range".into());
+        return value
+            .extract::<i64>()
+            .map(|i| Value::Number(i.into()))
+            .map_err(|_| fail("is an integer out of range".into()));
     }
     if let Ok(f) = value.cast::<PyFloat>() {
-        return Number::from_f64(f.value()).map(Value::Number).ok_or_else(|| "a non-finite float".into());
+        return Number::from_f64(f.value()).map(Value::Number).ok_or_else(|| fail("must be a finite number".into()));
     }
     if let Ok(s) = value.cast::<PyString>() {
-        let text = s.to_cow().map_err(|_| format!("a string that {}", crate::args::LONE_SURROGATE))?;
+        let text =
+            s.to_cow().map_err(|_| (String::new(), format!("is a string that {}", crate::args::LONE_SURROGATE)))?;
         return Ok(Value::String(text.into_owned()));
     }
     if let Ok(dict) = value.cast::<PyDict>() {
         let mut map = Map::new();
         for (key, item) in dict.iter() {
             let key = match key.cast::<PyString>() {
-                Ok(key) => key.to_cow().map_err(|_| format!("a dict key that {}", crate::args::LONE_SURROGATE))?,
-                Err(_) => return Err("a dict key that is not a string".to_owned()),
+                Ok(key) => key
+                    .to_cow()
+                    .map_err(|_| (String::new(), format!("has a dict key that {}", crate::args::LONE_SURROGATE)))?,
+                Err(_) => {
+                    return Err((
+                        key.repr().map(|r| r.to_string()).unwrap_or_default(),
+                        "is a dict key that is not a string".to_owned(),
+                    ))
+                }
             };
-            let key = key.into_owned();
-            map.insert(key, to_value(&item, depth + 1)?);
+            let len = path.len();
+            if len > 0 {
+                path.push('.');
+            }
+            path.push_str(&key);
+            let item = to_value(&item, path, depth + 1)?;
+            path.truncate(len);
+            map.insert(key.into_owned(), item);
         }
         return Ok(Value::Object(map));
     }
     if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
-        let items = value.try_iter().map_err(|e| e.to_string())?;
-        return items
-            .map(|item| item.map_err(|e| e.to_string()).and_then(|i| to_value(&i, depth + 1)))
-            .collect::<Result<Vec<_>, _>>()
-            .map(Value::Array);
+        let items = value.try_iter().map_err(|e| fail(e.to_string()))?;
+        let mut array = Vec::new();
+        for (index, item) in items.enumerate() {
+            let item = item.map_err(|e| fail(e.to_string()))?;
+            let len = path.len();
+            path.push_str(&format!("[{index}]"));
+            array.push(to_value(&item, path, depth + 1)?);
+            path.truncate(len);
+        }
+        return Ok(Value::Array(array));
     }
     let type_name = crate::args::type_name(value);
-    Err(format!("a value of type {type_name}, which is not JSON data"))
+    Err(fail(format!("is a value of type {type_name}, which is not JSON data")))
 }

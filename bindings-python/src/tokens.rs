@@ -93,7 +93,10 @@ pub fn tool_values(tools: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<Value>> {
     match python_to_value(tools) {
         Ok(Value::Array(items)) => Ok(items),
         Ok(_) => Err(invalid("tools", tools, "must be a list of tool definitions")),
-        Err(reason) => Err(invalid("tools", tools, format!("contains {reason}"))),
+        Err(e) => {
+            let at = if e.path.is_empty() { String::new() } else { format!(" at {}", e.path) };
+            Err(invalid("tools", tools, format!("has `{}`{at}, which {}", e.value, e.reason)))
+        }
     }
 }
 

@@ -321,6 +321,20 @@ def test_bad_configs_are_config_errors(tmp_path: Path) -> None:
     assert "openai-gpt-4o-tier1" in unknown.value.known
 
 
+def test_a_config_dict_value_with_no_json_form_is_named_by_its_path() -> None:
+    limits = [{"dimension": "requests", "amount": 10, "window": "1m"}]
+    cases = [
+        ({"safety_margin": float("nan"), "scopes": {"a": {"limits": limits}}}, "safety_margin", "nan"),
+        ({"scopes": {"p": {"provider": True, "limits": [{"dimension": "tokens", "amount": float("inf"), "window": "1m"}]}}},
+         "scopes.p.limits[0].amount", "inf"),
+        ({"scopes": {"a": {"limits": [object]}}}, "scopes.a.limits[0]", "<class 'object'>"),
+    ]
+    for config, field, value in cases:
+        with pytest.raises(llmgov.ConfigError) as bad:
+            llmgov.Governor.from_dict(config)
+        assert (bad.value.field, bad.value.value) == (field, value), str(bad.value)
+
+
 def test_advance_needs_the_manual_clock() -> None:
     gov = llmgov.Governor.from_preset("openai-gpt-4o-tier1")
     with pytest.raises(llmgov.InvalidRequest) as bad:
@@ -430,7 +444,7 @@ def test_lone_surrogates_in_headers_messages_and_config_paths_name_the_field(
     configs = [
         (lambda: llmgov.Governor.from_toml(tmp_path / "\udcff.toml"), "path"),
         (lambda: llmgov.Governor.from_toml(str(tmp_path / "\udcff.toml")), "source"),
-        (lambda: llmgov.Governor.from_dict({"scopes": {"\udcff": {"limits": []}}}), "config"),
+        (lambda: llmgov.Governor.from_dict({"scopes": {"\udcff": {"limits": []}}}), "scopes"),
     ]
     for call, field in configs:
         with pytest.raises(llmgov.ConfigError) as bad_config:
