@@ -375,17 +375,32 @@ impl Governor {
         }
     }
 
+    /// `request`, with the output it is expected to use where limits reserve that.
+    fn with_expected_output(&self, request: &Request) -> Request {
+        let mut request = *request;
+        if self.ledger.reserves_expected_output() && request.expected_output_tokens.is_none() {
+            let expected = self.expected_output(request.route, request.class, request.stated_max_output());
+            request.expected_output_tokens = Some(expected);
+        }
+        request
+    }
+
+    /// How long `request` would wait if queued now, counting the line
+    /// already waiting; `None` while nobody waits.
+    pub(crate) fn predicted_wait(&self, request: &Request) -> Result<Option<std::time::Duration>> {
+        let request = self.with_expected_output(request);
+        let name = self.learning.name(request.class);
+        let wait = self.waiting.predicted_wait(&self.ledger, &*self.clock, &request, name)?;
+        Ok(wait.map(std::time::Duration::from_nanos))
+    }
+
     /// Queues a request: its permit if admitted at once, else its guard.
     fn enter(
         &self,
         request: &Request,
         timeout: Option<std::time::Duration>,
     ) -> Result<std::result::Result<Permit, crate::scheduler::Guard>> {
-        let mut request = *request;
-        if self.ledger.reserves_expected_output() && request.expected_output_tokens.is_none() {
-            let expected = self.expected_output(request.route, request.class, request.stated_max_output());
-            request.expected_output_tokens = Some(expected);
-        }
+        let request = self.with_expected_output(request);
         let name = self.learning.name(request.class);
         match self.waiting.enter(&self.ledger, &self.clock, request, name, timeout)? {
             crate::scheduler::Entry::Admitted(permit) => Ok(Ok(permit)),

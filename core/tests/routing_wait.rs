@@ -189,3 +189,34 @@ fn a_degrade_threshold_crossed_while_waiting_degrades() {
     let tenant = gov.scope_snapshot(gov.scope_id("tenants/acme").unwrap()).unwrap();
     assert_eq!(tenant.limit(Dimension::Cost).unwrap().in_use, 365_000, "0.25 + 0.1 on gpt-4o, 0.015 on mini");
 }
+
+/// The deployment to wait on is the one predicted to pass first with the
+/// line already waiting on each: behind 20 waiters on x (one a second), a
+/// request that may wait 10 s waits on y, which frees in 2 s with nobody
+/// waiting, instead of being refused for x's line.
+#[test]
+fn a_profile_request_waits_on_the_deployment_that_frees_first_counting_its_line() {
+    let pace = |secs: u64| json!({"provider": true, "limits": [{"dimension": "requests", "amount": 1, "window": format!("{secs}s")}]});
+    let (gov, clock) = governor(json!({
+        "scopes": {"x/org": pace(1), "y/org": pace(2)},
+        "profiles": {"main": {"deployments": ["x/org", "y/org"]}},
+    }));
+    let profile = gov.profile::<&str>("main", &[]).unwrap();
+    let request = Request::new(profile.primary());
+    for _ in 0..2 {
+        gov.try_acquire_profile(&profile, &request).unwrap();
+    }
+    let x = gov.route(&["x/org"]).unwrap();
+    let queued_on_x: Vec<llmgov::Acquire> = (0..20).map(|_| gov.acquire(&Request::new(x))).collect();
+    assert!(queued_on_x.iter().all(llmgov::Acquire::is_waiting));
+    let hurried = request.deadline(Duration::from_secs(10));
+    let mut routed = Box::pin(gov.acquire_profile(&profile, &hurried));
+    let first = poll(&mut routed);
+    assert!(first.is_pending(), "y/org frees in 2 s with nobody waiting, yet: {first:?}");
+    clock.advance(Duration::from_secs(2));
+    gov.wake_waiters();
+    match poll(&mut routed) {
+        Poll::Ready(Ok(routed)) => assert_eq!(&*routed.deployment, "y/org"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -271,12 +271,20 @@ impl Governor {
                 }
                 Ok(Verdict::Refuse(error)) | Err(error) => Err(error),
                 Ok(Verdict::Go) => {
-                    let outcome = self.try_acquire_quietly(&Request { route: *route, ..*request });
+                    let on_route = Request { route: *route, ..*request };
+                    let outcome = self.try_acquire_quietly(&on_route);
                     let retry_after = match &outcome {
                         Err(Error::RateLimited { retry_after, .. }) => Some(*retry_after),
                         Err(Error::CircuitOpen { retry_after, .. }) => Some(Some(*retry_after)),
                         _ => None,
                     };
+                    // The ledger knows nothing of the line already waiting
+                    // on the deployment: the scheduler's prediction does. (A
+                    // wait on releases stays one: those are not predicted.)
+                    let retry_after = retry_after.map(|ledger_says| {
+                        let line = self.predicted_wait(&on_route).ok().flatten();
+                        ledger_says.map(|wait| line.map_or(wait, |line| wait.max(line)))
+                    });
                     let target = retry_after.map(|retry_after| {
                         Box::new(WaitTarget {
                             route: *route,

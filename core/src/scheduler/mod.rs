@@ -182,17 +182,8 @@ impl Scheduler {
         deadline: Option<u64>,
         now: u64,
     ) -> Result<WaiterId> {
-        // The ledger validates only at admission: a request queued unchecked
-        // would weigh on predictions and backlogs with impossible counts.
-        request.validate()?;
-        ledger.check_fits(&request)?;
-        let route = self.route_info(ledger, request.route)?;
-        let class = self.class(class_name);
-        let cost = Cost::of(&request);
-        let breaker = predict::open_breaker(ledger, request.route, now)?;
-        let predicted = predict::predicted_wait(ledger, &self.classes, class, &route, &cost, now)?
-            .max(self.ceiling_wait(&route, class, &cost, now))
-            .max(breaker.as_ref().map_or(0, |(_, until)| until.saturating_sub(now)));
+        let Prediction { route, class, cost, breaker, wait: predicted } =
+            self.prediction(ledger, &request, class_name, now)?;
         let queue = &mut self.classes[class];
         let retry_after = Some(Duration::from_nanos(predicted));
         if queue.depth() >= queue.settings.queue_bound {
@@ -224,6 +215,29 @@ impl Scheduler {
         self.deadlines.insert((deadline, id));
         self.wake = Some(now);
         Ok(id)
+    }
+
+    /// How long `request` would wait, in nanoseconds, if it were queued in
+    /// the class named `class_name` at `now` (what [`Self::submit`] judges
+    /// it by): for choosing where to wait, beside the ledger's own
+    /// `retry_after`, which knows nothing of the line already waiting.
+    pub fn predicted_wait(&mut self, ledger: &Ledger, request: &Request, class_name: &str, now: u64) -> Result<u64> {
+        Ok(self.prediction(ledger, request, class_name, now)?.wait)
+    }
+
+    fn prediction(&mut self, ledger: &Ledger, request: &Request, class_name: &str, now: u64) -> Result<Prediction> {
+        // The ledger validates only at admission: a request queued unchecked
+        // would weigh on predictions and backlogs with impossible counts.
+        request.validate()?;
+        ledger.check_fits(request)?;
+        let route = self.route_info(ledger, request.route)?;
+        let class = self.class(class_name);
+        let cost = Cost::of(request);
+        let breaker = predict::open_breaker(ledger, request.route, now)?;
+        let wait = predict::predicted_wait(ledger, &self.classes, class, &route, &cost, now)?
+            .max(self.ceiling_wait(&route, class, &cost, now))
+            .max(breaker.as_ref().map_or(0, |(_, until)| until.saturating_sub(now)));
+        Ok(Prediction { route, class, cost, breaker, wait })
     }
 
     /// Whether any share has a ceiling: only then is a request admitted
@@ -417,4 +431,15 @@ fn class_metrics(queue: &ClassQueue, now: u64) -> ClassMetrics {
         wait: queue.counts.wait,
         borrowed_tokens: queue.counts.borrowed_tokens,
     }
+}
+
+/// What a request queued now would be: its route, class and cost, the
+/// breaker it would wait for (its scope and until when), and its predicted
+/// wait in nanoseconds.
+struct Prediction {
+    route: Arc<RouteInfo>,
+    class: usize,
+    cost: Cost,
+    breaker: Option<(Arc<str>, u64)>,
+    wait: u64,
 }

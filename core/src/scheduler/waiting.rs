@@ -186,6 +186,24 @@ impl Waiting {
         Ok(entry)
     }
 
+    /// The wait predicted for `request` were it queued now in the class
+    /// named `class_name`, in nanoseconds: see [`Scheduler::predicted_wait`].
+    /// `None` while nobody waits (then the ledger's own retry-after says it).
+    pub fn predicted_wait(
+        &self,
+        ledger: &Ledger,
+        clock: &dyn Clock,
+        request: &Request,
+        class_name: &str,
+    ) -> Result<Option<u64>> {
+        if self.queues.depth.load(Ordering::SeqCst) == 0 {
+            return Ok(None);
+        }
+        self.queues.with_lock(ledger, clock, |state| {
+            state.scheduler.predicted_wait(ledger, request, class_name, clock.now()).map(Some)
+        })
+    }
+
     /// A waiter leaves before taking its answer. A permit granted to it in
     /// the meantime is cancelled, so nothing leaks.
     pub fn leave(&self, id: WaiterId, slot: &Slot, ledger: &Ledger, clock: &dyn Clock) {
