@@ -168,19 +168,22 @@ impl Governor {
     /// the event hook once.
     pub fn try_acquire_profile(&self, profile: &ProfileRoute, request: &Request) -> Result<Routed> {
         // One request, one refusal: however many deployments it tried.
-        self.route_request(profile, request).map_err(|(error, _)| {
+        self.route_request(profile, request, false).map_err(|(error, _)| {
             self.refused(&error, request);
             error
         })
     }
 
     /// [`Self::try_acquire_profile`], counting and telling of no refusal; a
-    /// refusal comes with the deployment to wait for, if any may be. Traced
+    /// refusal comes with the deployment to wait for, if any may be, chosen
+    /// counting the line already waiting on each if `waits` (the caller
+    /// will wait; else the bare retry-after ranks them, at no cost). Traced
     /// as `llmgov.route`, with the deployment chosen or the refusal.
     fn route_request(
         &self,
         profile: &ProfileRoute,
         request: &Request,
+        waits: bool,
     ) -> std::result::Result<Routed, (Error, Option<Box<WaitTarget>>)> {
         let class = self.class_name(request.class);
         let span = tracing::debug_span!(
@@ -193,7 +196,7 @@ impl Governor {
             refused = tracing::field::Empty,
         );
         let _entered = span.enter();
-        let routed = self.route_in_chain(profile, request, class);
+        let routed = self.route_in_chain(profile, request, class, waits);
         match &routed {
             Ok(r) => {
                 span.record("deployment", &*r.deployment);
@@ -211,11 +214,12 @@ impl Governor {
         profile: &ProfileRoute,
         request: &Request,
         class: &str,
+        waits: bool,
     ) -> std::result::Result<Routed, (Error, Option<Box<WaitTarget>>)> {
         let (mut first_refusal, mut wait) = (None, None);
         for (depth, link) in profile.chain.iter().enumerate() {
             let may_leave = !link.no_fallback.iter().any(|c| c == class);
-            let refusal = match self.try_link(link, request, may_leave) {
+            let refusal = match self.try_link(link, request, may_leave, waits) {
                 Ok((deployment, permit)) => {
                     let profile = link.profile.clone();
                     return Ok(Routed { permit, profile, deployment, fell_back: depth > 0, degraded: false });
@@ -227,7 +231,7 @@ impl Governor {
             wait = WaitTarget::sooner(wait, fallen);
             if let (true, Some((_, cheaper))) = (refusal.degrade, link.budget.as_ref().and_then(|b| b.degrade.as_ref()))
             {
-                match self.route_request(cheaper, request) {
+                match self.route_request(cheaper, request, waits) {
                     Ok(routed) => {
                         return Ok(Routed { degraded: true, fell_back: routed.fell_back || depth > 0, ..routed })
                     }
@@ -250,7 +254,13 @@ impl Governor {
     /// The deployments of one profile, roomiest first; those past a budget
     /// threshold are passed over (to degrade, when the class may leave the
     /// profile) or refused.
-    fn try_link(&self, link: &Arc<Link>, request: &Request, may_leave: bool) -> Result<(Arc<str>, Permit), Refusal> {
+    fn try_link(
+        &self,
+        link: &Arc<Link>,
+        request: &Request,
+        may_leave: bool,
+        waits: bool,
+    ) -> Result<(Arc<str>, Permit), Refusal> {
         let now = self.clock().now();
         let mut ranked: Vec<(f64, usize)> = Vec::with_capacity(link.deployments.len());
         for (i, (_, route)) in link.deployments.iter().enumerate() {
@@ -282,7 +292,7 @@ impl Governor {
                     // on the deployment: the scheduler's prediction does. (A
                     // wait on releases stays one: those are not predicted.)
                     let retry_after = retry_after.map(|ledger_says| {
-                        let line = self.predicted_wait(&on_route).ok().flatten();
+                        let line = waits.then(|| self.predicted_wait(&on_route).ok().flatten()).flatten();
                         ledger_says.map(|wait| line.map_or(wait, |line| wait.max(line)))
                     });
                     let target = retry_after.map(|retry_after| {

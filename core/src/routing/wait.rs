@@ -44,7 +44,7 @@ impl Governor {
     /// deployment is past a budget threshold, …) is refused, counted and
     /// told to the event hook once.
     pub fn step_profile(&self, profile: &ProfileRoute, request: &Request) -> Result<ProfileStep> {
-        match self.route_request(profile, request) {
+        match self.route_request(profile, request, true) {
             Ok(routed) => Ok(ProfileStep::Admitted(routed)),
             Err((_, Some(target))) => {
                 Ok(ProfileStep::Wait(ProfileWait { request: Request { route: target.route, ..*request }, target }))
@@ -95,7 +95,7 @@ impl Governor {
     /// arrived then. `None` if that profile refuses it now too.
     fn degrade_now(&self, target: &WaitTarget, request: &Request) -> Option<Routed> {
         let (_, cheaper) = target.link.budget.as_ref()?.degrade.as_ref()?;
-        let routed = self.route_request(cheaper, request).ok()?;
+        let routed = self.route_request(cheaper, request, false).ok()?;
         Some(Routed { degraded: true, fell_back: routed.fell_back || target.fell_back, ..routed })
     }
 
