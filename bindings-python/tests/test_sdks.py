@@ -387,6 +387,39 @@ async def test_an_async_call_cancelled_in_flight_settles_its_permit_as_estimated
     assert reserved == 0 and used > 100
 
 
+@pytest.mark.parametrize(
+    ("raised", "sent"),
+    [
+        (httpx.ReadTimeout, True),
+        (httpx.WriteTimeout, True),
+        (httpx.RemoteProtocolError, True),
+        (httpx.ConnectError, False),
+        (httpx.ConnectTimeout, False),
+        (httpx.PoolTimeout, False),
+    ],
+)
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+async def test_a_transport_error_refunds_only_a_request_that_never_left(raised: type, sent: bool, asynchronous: bool) -> None:
+    """A read timeout comes after the request was sent: the provider counts
+    its input, so a refund would let the retry into a 429. A connection
+    error comes before anything left, and is refunded."""
+    gov = llmgov.Governor.from_dict(ODD_GOVERNOR, clock="manual")
+
+    def failing(request: httpx.Request) -> httpx.Response:
+        raise raised("no answer", request=request)
+
+    options = dict(paths="p", transport=httpx.MockTransport(failing), retry=llmgov.RetryPolicy(max_retries=0))
+    with pytest.raises(raised):
+        if asynchronous:
+            async with httpx.AsyncClient(transport=AsyncGovernedTransport(gov, **options)) as client:
+                await client.post("http://x/v1/chat/completions", json=ODD_BODY)
+        else:
+            with httpx.Client(transport=GovernedTransport(gov, **options)) as client:
+                client.post("http://x/v1/chat/completions", json=ODD_BODY)
+    prompt = settled_as({"choices": []})[1] - 100  # the input estimate
+    assert tokens_held(gov) == (0, prompt if sent else 0)
+
+
 @pytest.mark.parametrize("raised", [KeyboardInterrupt, RuntimeError], ids=["KeyboardInterrupt", "a custom transport's bug"])
 def test_a_sync_call_failing_with_other_than_a_transport_error_settles_its_permit(raised: type) -> None:
     gov = llmgov.Governor.from_dict(ODD_GOVERNOR, clock="manual")

@@ -93,6 +93,23 @@ class _Governed:
         advice = self.retry.advise(answer.status_code, answer.headers, body, attempt=attempt)
         return advice["delay_ms"] / 1000 if advice["advice"] == "retry_after" else None
 
+    def _failed(self, permit: Permit, error: Exception, estimate: _wire.Estimate) -> None:
+        """Finishes the permit of a request the transport failed to deliver or
+        to get answered. One that never left (no connection, no pooled
+        connection in time, a proxy or a protocol it cannot speak) is refunded.
+        One that may have reached the provider (a read or write timeout, a
+        reset connection) keeps its input charged, with no output, as the Node
+        fetch does: a provider that received it counts it, and a refund would
+        let the retry into a 429."""
+        if isinstance(error, self._unsent_errors()):
+            _cancel(permit)
+        else:
+            _settle_reported(permit, {"input_tokens": estimate.input_tokens, "output_tokens": 0})
+
+    def _unsent_errors(self) -> "tuple[type, ...]":
+        http = self._http
+        return (http.ConnectError, http.ConnectTimeout, http.PoolTimeout, http.ProxyError, http.UnsupportedProtocol, http.LocalProtocolError)
+
     def _connection_advice(self, attempt: int) -> Optional[float]:
         advice = self.retry.advise_connection_error(attempt=attempt)
         return advice["delay_ms"] / 1000 if advice["advice"] == "retry_after" else None
@@ -256,8 +273,8 @@ class SyncGoverned(_Governed):
             permit = self.governor.acquire_blocking(paths, **self._request(estimate))
             try:
                 response = self.transport.handle_request(request)
-            except self._http.TransportError:
-                _cancel(permit)
+            except self._http.TransportError as error:
+                self._failed(permit, error, estimate)
                 delay = self._connection_advice(attempt)
                 if delay is None:
                     raise
@@ -319,8 +336,8 @@ class AsyncGoverned(_Governed):
             permit = await self.governor.acquire(paths, **self._request(estimate))
             try:
                 response = await self.transport.handle_async_request(request)
-            except self._http.TransportError:
-                _cancel(permit)
+            except self._http.TransportError as error:
+                self._failed(permit, error, estimate)
                 delay = self._connection_advice(attempt)
                 if delay is None:
                     raise
