@@ -21,6 +21,7 @@ use crate::errors::{self, invalid, IntoPyResult};
 use crate::governor::PyGovernor;
 use crate::permit::{PyPermit, Ready};
 use crate::request::RequestArgs;
+use crate::wake::Acquiring;
 
 /// What waiting adds to a request: its priority among its tenant's
 /// waiting requests, and how long it may wait (`deadline_ms`).
@@ -251,19 +252,27 @@ impl Reservation {
         self.leave(py, exc_type)
     }
 
+    /// The entry as a coroutine (`llmgov._reserve.enter`) that marks the
+    /// reservation entering only once it runs: one created and never
+    /// awaited leaves it free, and queues nothing.
     fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        slf.py().import("llmgov._reserve")?.call_method1("enter", (slf,))
+    }
+
+    /// Marks it entering and starts the wait (called by
+    /// `llmgov._reserve.enter` when it runs).
+    fn _begin<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Acquiring>> {
         let py = slf.py();
         let (gov, request) = {
             let mut this = slf.borrow_mut();
             this.start_entering(py)?;
             (this.gov.clone_ref(py), this.request)
         };
-        let entering = acquire_async(gov.bind(py), request)
-            .and_then(|waiting| py.import("llmgov._reserve")?.call_method1("enter", (slf, waiting)));
-        if entering.is_err() {
+        let waiting = acquire_async(gov.bind(py), request);
+        if waiting.is_err() {
             slf.borrow_mut().finish_entering(None);
         }
-        entering
+        waiting
     }
 
     /// Records the permit `async with` entered with, or None if its wait

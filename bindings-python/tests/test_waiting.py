@@ -224,6 +224,21 @@ async def test_one_reservation_entered_by_two_tasks_at_once_refuses_the_second()
     assert await use() == "settled"  # free again once left
 
 
+async def test_an_entry_never_awaited_leaves_the_reservation_free() -> None:
+    """`__aenter__()` called and its coroutine dropped unawaited marked the
+    reservation entering for good: every later `async with` was refused."""
+    gov = llmgov.Governor.from_dict(
+        {"scopes": {"c": {"limits": [{"dimension": "concurrency", "amount": 1}]}}}, clock="manual"
+    )
+    reservation = gov.reserve("c")
+    entry = reservation.__aenter__()
+    entry.close()  # dropped unawaited (close() spares the "never awaited" warning)
+    assert slot_in_use(gov) == 0
+    async with reservation as permit:
+        assert slot_in_use(gov) == 1
+    assert permit.state == "settled" and slot_in_use(gov) == 0
+
+
 def test_one_reservation_entered_by_two_threads_at_once_refuses_the_second(gov: llmgov.Governor) -> None:
     """The first thread waits in the queue; the second found the reservation
     borrowed (a RuntimeError) rather than entered."""

@@ -5,10 +5,12 @@ cancels it."""
 from typing import Any
 
 
-async def enter(reservation: Any, waiting: Any) -> Any:
-    """Awaits the permit, records it in the reservation, and returns it. A
-    wait that fails (a refusal, the task cancelled) leaves the reservation
-    free to enter again."""
+async def enter(reservation: Any) -> Any:
+    """Marks the reservation entering, awaits the permit, records it, and
+    returns it. A wait that fails (a refusal, the task cancelled) leaves the
+    reservation free to enter again; so does a coroutine never awaited,
+    since it marks nothing until it runs."""
+    waiting = reservation._begin()
     try:
         permit = await waiting
     except BaseException:
