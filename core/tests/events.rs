@@ -134,3 +134,30 @@ fn a_refusal_after_waiting_reaches_the_hook_once_from_the_future_and_the_blockin
         "{text}"
     );
 }
+
+#[test]
+fn a_refusal_given_as_the_caller_gives_up_still_reaches_the_hook() {
+    // The deadline passes and the waiter is refused, then its caller drops
+    // the wait (a Go ctx deadline, a Python cancel, an AbortSignal) before
+    // taking the answer: the queue counted an expiry, so the hook and the
+    // tally must too.
+    let (gov, clock, seen) = hooked(json!({
+        "scopes": {"p": {"limits": [{"dimension": "concurrency", "amount": 1}]}},
+    }));
+    let route = gov.route(&["p"]).unwrap();
+    let _held = gov.try_acquire(&Request::new(route)).unwrap();
+    let request = Request::new(route).deadline(Duration::from_secs(5)).class(gov.class("batch"));
+    let waiting = gov.acquire(&request);
+    assert!(waiting.is_waiting());
+    clock.advance(Duration::from_secs(6));
+    gov.wake_waiters();
+    drop(waiting);
+    let events = seen.lock().unwrap().clone();
+    assert!(matches!(events.as_slice(), [Event::Denied { code: "deadline_exceeded", .. }]), "{events:?}");
+    assert_eq!(gov.queue_metrics().classes.iter().map(|c| c.expired).sum::<u64>(), 1);
+    let text = gov.prometheus();
+    assert!(
+        text.contains(r#"llmgov_refusals_total{dimension="none",gateway_decision="rejected_locally"} 1"#),
+        "{text}"
+    );
+}

@@ -87,8 +87,18 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         if !self.answered {
-            self.span.record("outcome", "withdrawn");
-            self.waiting.leave(self.id, &self.slot, &self.ledger, &*self.clock);
+            // Refused before it left (its deadline came as the caller gave
+            // up): the queue counted the refusal, so the hook and the tally
+            // hear of it too, though the caller never took it.
+            match self.waiting.leave(self.id, &self.slot, &self.ledger, &*self.clock) {
+                Some(refusal) => {
+                    self.span.record("outcome", refusal.code());
+                    self.events.denied(&refusal, &self.class);
+                }
+                None => {
+                    self.span.record("outcome", "withdrawn");
+                }
+            }
         }
     }
 }

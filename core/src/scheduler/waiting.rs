@@ -205,8 +205,9 @@ impl Waiting {
     }
 
     /// A waiter leaves before taking its answer. A permit granted to it in
-    /// the meantime is cancelled, so nothing leaks.
-    pub fn leave(&self, id: WaiterId, slot: &Slot, ledger: &Ledger, clock: &dyn Clock) {
+    /// the meantime is cancelled, so nothing leaks; a refusal given to it in
+    /// the meantime is returned, for the caller to tell.
+    pub fn leave(&self, id: WaiterId, slot: &Slot, ledger: &Ledger, clock: &dyn Clock) -> Option<crate::Error> {
         self.queues.leave(id, slot, ledger, clock)
     }
 
@@ -340,7 +341,7 @@ impl Queues {
         result
     }
 
-    fn leave(&self, id: WaiterId, slot: &Slot, ledger: &Ledger, clock: &dyn Clock) {
+    fn leave(&self, id: WaiterId, slot: &Slot, ledger: &Ledger, clock: &dyn Clock) -> Option<crate::Error> {
         let mut state = self.state.lock();
         if state.scheduler.withdraw(id) {
             state.slots.remove(&id);
@@ -356,14 +357,18 @@ impl Queues {
             drop(state);
             wake(answered);
             self.after_poll(ledger, clock);
-            return;
+            return None;
         }
         drop(state);
         self.after_poll(ledger, clock);
-        if let Some(Ok(mut permit)) = slot.take() {
-            // Pending and ours: cancelling cannot fail.
-            let _ = ledger.cancel(&mut permit, clock.now());
-            self.kick(ledger, clock);
+        match slot.take()? {
+            Ok(mut permit) => {
+                // Pending and ours: cancelling cannot fail.
+                let _ = ledger.cancel(&mut permit, clock.now());
+                self.kick(ledger, clock);
+                None
+            }
+            Err(refusal) => Some(refusal),
         }
     }
 
