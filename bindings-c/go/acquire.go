@@ -18,7 +18,9 @@ import (
 // Waiters are served by class priority, guarantee, then fair share across
 // tenants. A refused wait holds nothing.
 //
-// ctx's deadline bounds the wait, on the governor's clock. If ctx is
+// ctx's deadline bounds the wait, on the governor's clock, and in real time
+// too: a wait ctx's deadline ends returns an error wrapping both
+// context.DeadlineExceeded and ErrDeadlineExceeded. If ctx is
 // cancelled first, Acquire returns at once with an error wrapping both
 // ctx's error and ErrCancelled: the request has left its queue, and a
 // permit granted at that very moment was given back, so nothing stays

@@ -97,6 +97,29 @@ func TestAcquireWaitsForTheRefill(t *testing.T) {
 	}
 }
 
+func TestContextDeadlineIsADeadlineNotACancel(t *testing.T) {
+	// One slot, held: the wait depends on a release, so it is queued, and on
+	// the manual clock only ctx's deadline, in real time, ends it.
+	clock := llmgov.NewManualClock(0)
+	gov := must[*llmgov.Governor](t)(llmgov.FromTOML(`
+[scopes."p"]
+limits = [{ dimension = "concurrency", amount = 1 }]
+`, llmgov.WithClock(clock)))
+	route := must[llmgov.Route](t)(gov.Route("p"))
+	held := must[*llmgov.Permit](t)(gov.TryAcquire(llmgov.Request{Route: route}))
+	defer held.Cancel()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := gov.Acquire(ctx, llmgov.Request{Route: route})
+	if !errors.Is(err, llmgov.ErrDeadlineExceeded) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, llmgov.ErrCancelled) {
+		t.Fatalf("want ErrDeadlineExceeded and context.DeadlineExceeded, got %v", err)
+	}
+	if m := must[*llmgov.QueueMetrics](t)(gov.QueueMetrics()); m.Depth != 0 {
+		t.Fatalf("queue depth %d after the deadline, want 0", m.Depth)
+	}
+}
+
 func TestCancelledContextLeavesNothingReserved(t *testing.T) {
 	clock := llmgov.NewManualClock(0)
 	gov := must[*llmgov.Governor](t)(llmgov.FromTOML(waitingConfig, llmgov.WithClock(clock)))

@@ -69,7 +69,10 @@ func (g *Governor) AcquireProfile(ctx context.Context, p *Profile, r Request) (*
 }
 
 // acquireCancellable runs acquire with a cancel token that ctx's
-// cancellation cancels, and says so in the error if it did.
+// cancellation cancels, and says so in the error if it did. ctx's deadline
+// cancels the token too (on a manual clock the wait's own timeout never
+// comes in real time): that is a deadline, ErrDeadlineExceeded, as Acquire
+// promises, not a cancel.
 func acquireCancellable(ctx context.Context, acquire func(*C.llmgov_cancel_token) error) error {
 	token := C.llmgov_cancel_token_new()
 	cancelled := make(chan struct{})
@@ -86,6 +89,9 @@ func acquireCancellable(ctx context.Context, acquire func(*C.llmgov_cancel_token
 	}()
 	err := acquire(token)
 	if errors.Is(err, ErrCancelled) {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("llmgov: acquire: %w before admission (%w)", ctx.Err(), ErrDeadlineExceeded)
+		}
 		return fmt.Errorf("llmgov: acquire cancelled: %w (%w)", ctx.Err(), ErrCancelled)
 	}
 	return err
