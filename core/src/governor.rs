@@ -225,7 +225,8 @@ impl Governor {
     /// Reconciles a permit with actual usage (see [`Ledger::settle`]) and,
     /// where limits reserve the expected output, learns from it.
     pub fn settle(&self, permit: &mut Permit, actual: Usage) -> Result<()> {
-        let (estimate, expected) = (permit.charged(), permit.charged_expected_output());
+        // Judged on the estimate, not on what streamed output raised it to.
+        let (estimate, expected) = (permit.estimate(), permit.expected_output());
         self.ledger.settle(permit, actual, self.clock.now())?;
         let (learning, route) = (&self.learning, self.ledger.provider_route(permit.route()));
         let input = (estimate.input_tokens, actual.input_tokens);

@@ -103,6 +103,24 @@ fn settles_record_how_far_estimates_were() {
 }
 
 #[test]
+fn a_streamed_answer_is_judged_against_the_estimate_not_what_it_streamed() {
+    // Streamed output beyond the reservation raises what is charged; the
+    // estimate's error must still compare the answer with the estimate, or
+    // every stream reads as estimated exactly.
+    let gov = gov(json!({}));
+    let route = gov.route(&["tenants/a"]).unwrap();
+    for _ in 0..20 {
+        let request = Request::new(route).input_tokens(100).max_output_tokens(1000).expected_output_tokens(100);
+        let mut permit = gov.try_acquire(&request).unwrap();
+        gov.add_output(&mut permit, 500).unwrap();
+        assert_eq!((permit.charged_expected_output(), permit.expected_output()), (500, 100));
+        gov.settle(&mut permit, Usage::new(100, 500)).unwrap();
+    }
+    let output = gov.estimate_accuracy(route, llmgov::tokens::Side::Output).unwrap();
+    assert!((output.p50 - 4.0).abs() < 0.05, "500 streamed against 100 expected is 400% over: {output:?}");
+}
+
+#[test]
 fn tenants_routes_to_one_provider_share_what_is_learned() {
     let config = json!({"scopes": {
         "provider": {"provider": true, "limits": [{"dimension": "output_tokens", "amount": 1_000_000, "window": "1m"}]},

@@ -29,7 +29,7 @@ impl Ledger {
         let entry = self.registry.route_entry(route.id);
         let pending = |p: &&Permit| p.route == route && p.state == PermitState::Pending;
         let own_costs =
-            own.filter(pending).map(|p| Costs::of(&p.charged, p.charged_expected_output, entry.price.as_ref()));
+            own.filter(pending).map(|p| Costs::of(&p.charged(), p.charged_expected_output(), entry.price.as_ref()));
         let mut most: Option<Spent> = None;
         for scope in self.registry.route(route.id) {
             for (l, (limit, bucket)) in scope.limits.iter().zip(scope.buckets.iter()).enumerate() {

@@ -239,15 +239,14 @@ impl Ledger {
                 ),
             });
         }
+        let (charged, expected) = (permit.charged(), permit.charged_expected_output());
         permit.streamed_output = streamed;
-        let (output, expected) = (permit.charged.output_tokens, permit.charged_expected_output);
-        if streamed <= output.min(expected) {
+        if streamed <= charged.output_tokens.min(expected) {
             return Ok(());
         }
-        let raised = Usage { output_tokens: output.max(streamed), ..permit.charged };
-        let raised_expected = expected.max(streamed);
         let price = self.registry.route_entry(permit.route.id).price.as_ref();
-        let (was, is) = (Costs::of(&permit.charged, expected, price), Costs::of(&raised, raised_expected, price));
+        let was = Costs::of(&charged, expected, price);
+        let is = Costs::of(&permit.charged(), permit.charged_expected_output(), price);
         self.for_each_limit(permit, |limit, bucket, pace| {
             if limit.cost_kind.counts_output() && limit.cost(&was) != limit.cost(&is) {
                 adjust(limit, bucket, limit.cost(&was), limit.cost(&is), permit.acquired_at, now, pace);
@@ -256,7 +255,6 @@ impl Ledger {
         let raised_by = CostParts::of(&is).minus(&CostParts::of(&was));
         let (booked, slot) = (self.registry.route_entry(permit.route.id).booked, permit.ttl_slot);
         self.pending.changed(permit.route.id, slot, self.ttl.index(now), &raised_by, booked);
-        (permit.charged, permit.charged_expected_output) = (raised, raised_expected);
         Ok(())
     }
 
@@ -281,7 +279,7 @@ impl Ledger {
         self.check_pending(permit, now)?;
         let route = self.registry.route_entry(permit.route.id);
         let price = route.price.as_ref();
-        let charged = Costs::of(&permit.charged, permit.charged_expected_output, price);
+        let charged = Costs::of(&permit.charged(), permit.charged_expected_output(), price);
         let sent = actual.is_some();
         let actual = actual.map_or(Costs::NONE, |usage| Costs::actual(usage, price));
         self.for_each_limit(permit, |limit, bucket, pace| {

@@ -186,10 +186,12 @@ impl Request {
 pub struct Permit {
     pub(crate) route: Route,
     pub(crate) class: ClassId,
-    /// What is charged so far: the estimate, raised by streamed output beyond it.
-    pub(crate) charged: Usage,
-    /// What is charged so far on limits that reserve the expected output.
-    pub(crate) charged_expected_output: u64,
+    /// The request's estimate at admission. What is charged is this, raised
+    /// by streamed output beyond it (see [`Self::charged`]); kept apart so
+    /// that the estimate's accuracy is judged on the estimate.
+    pub(crate) estimate: Usage,
+    /// The expected output at admission, reserved on limits that reserve it.
+    pub(crate) expected_output: u64,
     /// Output reported by [`crate::Governor::add_output`] so far.
     pub(crate) streamed_output: u64,
     pub(crate) acquired_at: u64,
@@ -211,12 +213,24 @@ impl Permit {
     /// What is charged so far on its behalf (on limits that reserve
     /// `max_tokens`; see [`Self::charged_expected_output`] for the others).
     pub fn charged(&self) -> Usage {
-        self.charged
+        Usage { output_tokens: self.estimate.output_tokens.max(self.streamed_output), ..self.estimate }
     }
 
     /// The output charged so far on limits that reserve the expected output.
     pub fn charged_expected_output(&self) -> u64 {
-        self.charged_expected_output
+        self.expected_output.max(self.streamed_output)
+    }
+
+    /// The request's estimate at admission (input, cached input, and
+    /// `max_tokens` as output), whatever streamed output charged since.
+    pub fn estimate(&self) -> Usage {
+        self.estimate
+    }
+
+    /// The output expected at admission (`max_tokens` where nothing was
+    /// expected), whatever streamed output charged since.
+    pub fn expected_output(&self) -> u64 {
+        self.expected_output
     }
 
     /// When it was granted, in the governor clock's nanoseconds.

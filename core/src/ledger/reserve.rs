@@ -127,8 +127,8 @@ impl Ledger {
         Permit {
             route: request.route,
             class: request.class,
-            charged: request.estimate(),
-            charged_expected_output: request.expected_output(),
+            estimate: request.estimate(),
+            expected_output: request.expected_output(),
             streamed_output: 0,
             acquired_at: now,
             ttl_slot: index,
