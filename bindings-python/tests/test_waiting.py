@@ -102,12 +102,13 @@ WAITS: "dict[str, Callable[[llmgov.Governor], Awaitable[Any]]]" = {
 
 
 @pytest.mark.parametrize("wait", WAITS.values(), ids=WAITS.keys())
-async def test_a_task_cancelled_as_its_permit_is_granted_gives_the_permit_back(wait: Any) -> None:
+async def test_a_task_cancelled_as_its_permit_is_granted_after_waiting_gives_it_back(wait: Any) -> None:
     """The driver resolved the acquire, then the task was cancelled before it
     resumed (`asyncio.wait_for`, `asyncio.timeout` or a TaskGroup firing in
     the loop iteration of the grant): the task never received the permit,
     which stayed pending, holding the slot, until its TTL."""
     gov = llmgov.Governor.from_dict(ONE_SLOT, clock="manual")
+    held = gov.try_acquire("c")
     loop = asyncio.get_running_loop()
     driver = _wake.driver(loop)
 
@@ -115,6 +116,7 @@ async def test_a_task_cancelled_as_its_permit_is_granted_gives_the_permit_back(w
         return await wait(gov)
 
     task = asyncio.ensure_future(caller())
+    await until(lambda: depth(gov) == 1)
 
     def resolve_then_cancel() -> None:
         driver.drain()  # hands the permit to the acquire's future
@@ -122,11 +124,45 @@ async def test_a_task_cancelled_as_its_permit_is_granted_gives_the_permit_back(w
 
     loop.add_reader(driver.fileno(), resolve_then_cancel)
     try:
+        held.cancel()  # frees the slot: the waiter is granted it, and the bell rings
         with pytest.raises(asyncio.CancelledError):
             await task
     finally:
         loop.add_reader(driver.fileno(), driver.drain)
     assert slot_in_use(gov) == 0, "the permit nobody received still holds the slot"
+
+
+@pytest.mark.parametrize("wait", WAITS.values(), ids=WAITS.keys())
+async def test_a_task_cancelled_as_it_yields_after_an_admission_at_once_gives_the_permit_back(wait: Any) -> None:
+    """Admitted at the call, the awaiting task still yields to the loop once,
+    and may be cancelled there: the permit it never received is given back."""
+    gov = llmgov.Governor.from_dict(ONE_SLOT, clock="manual")
+
+    async def caller() -> Any:
+        return await wait(gov)
+
+    task = asyncio.ensure_future(caller())
+    await asyncio.sleep(0)  # the task runs to its acquire, admitted, and yields
+    assert slot_in_use(gov) == 1 and not task.done()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert slot_in_use(gov) == 0, "the permit nobody received still holds the slot"
+
+
+async def test_callers_admitted_at_once_each_yield_to_the_loop() -> None:
+    """A wave of callers admitted together interleave, as after a wait: each
+    yields once between its admission and its request."""
+    gov = llmgov.Governor.from_dict({"scopes": {"p": {"limits": [{"dimension": "requests", "amount": 100, "window": "1m"}]}}}, clock="manual")
+    order = []
+
+    async def caller(n: int) -> None:
+        order.append(("admitting", n))
+        (await gov.acquire("p")).settle()
+        order.append(("sending", n))
+
+    await asyncio.gather(*(caller(n) for n in range(3)))
+    assert [step for step, _ in order[:3]] == ["admitting"] * 3, order
 
 
 @pytest.mark.parametrize("start", [lambda gov: gov.acquire("c"), lambda gov: gov.acquire_profile("main")], ids=["acquire", "acquire_profile"])
