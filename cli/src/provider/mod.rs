@@ -236,10 +236,17 @@ impl Provider {
         } else {
             // Charging actual usage only, a provider admits while anything is left.
             let needed = |cost: f64| if cost > 0.0 { cost } else { f64::MIN_POSITIVE };
-            limits.iter().zip(pool.meters.iter_mut()).zip(&costs).find_map(|((limit, meter), &cost)| {
-                (meter.available(now) < needed(cost))
-                    .then(|| (RejectionKind::RateLimited(Some(limit.dimension)), meter.wait_for(now, needed(cost))))
-            })
+            // The longest wait of every short limit, not the first: retry-after
+            // promises the request fits then, and a shorter one is refused again.
+            let short = limits.iter().zip(pool.meters.iter_mut()).zip(&costs).filter_map(|((limit, meter), &cost)| {
+                (meter.available(now) < needed(cost)).then(|| (limit.dimension, meter.wait_for(now, needed(cost))))
+            });
+            short
+                .fold(None, |longest: Option<(ProviderDimension, u64)>, (d, wait)| match longest {
+                    Some((_, w)) if w >= wait => longest,
+                    _ => Some((d, wait)),
+                })
+                .map(|(d, wait)| (RejectionKind::RateLimited(Some(d)), wait))
         };
         if let Some((kind, wait)) = refusal {
             return Err(self.reject(now, &req.key, kind, Some(wait)));

@@ -172,3 +172,22 @@ fn bad_provider_configs_name_the_field() {
     let err = crate::error::parse_toml::<ProviderConfig>("shape = \"openia\"").unwrap_err().to_string();
     assert!(err.contains("shape") && err.contains("openia"), "{err}");
 }
+
+#[test]
+fn retry_after_is_the_longest_wait_over_every_short_limit() {
+    let mut p = provider(
+        r#"shape = "openai"
+limits = [
+  { dimension = "requests", amount = 2, window = "1m" },
+  { dimension = "tokens", amount = 1000, window = "1m" },
+]"#,
+    );
+    p.admit(0, &request("k", 500, 500, 1)).unwrap();
+    p.admit(0, &request("k", 500, 500, 1)).unwrap();
+    // Requests come back in 30 s, but 1000 tokens only in 60 s.
+    let r = p.admit(0, &request("k", 1000, 1000, 1)).unwrap_err();
+    assert_eq!(r.kind, RejectionKind::RateLimited(Some(ProviderDimension::Tokens)));
+    assert_eq!(r.retry_after_ns, Some(60 * SECOND));
+    assert!(r.body.contains("\"type\":\"tokens\"") && r.body.contains("for tokens"), "{}", r.body);
+    assert!(p.admit(60 * SECOND, &request("k", 1000, 1000, 1)).is_ok(), "it fits once the wait is over");
+}
