@@ -20,7 +20,7 @@ pub use config::{
 pub use wire::{error_body, go_duration, limit_headers, retry_headers, LimitState, RejectionKind};
 
 use crate::error::{duration_ns, CliError};
-use config::CompiledLimit;
+pub(crate) use config::CompiledLimit;
 use limiter::Meter;
 
 /// A request as the provider sees it.

@@ -10,6 +10,9 @@
 //!   `(C - B) / r + s_min + d` (when `C > B`);
 //! - sliding window of `A` per `W`: each window `[kW, (k+1)W)` admits at most
 //!   `A`, so at least `(ceil(C / A) - 1) × W + s_min + d`;
+//! - a pool that starts exhausted (`chaos.start_exhausted`) has no burst: a
+//!   bucket holds `B = 0`, and a window's first `W` admits nothing, so
+//!   `ceil(C / A) × W + s_min + d`;
 //! - concurrency `c`: at least the sum of service times ÷ `c`;
 //! - arrivals: no request ends before its arrival plus `2d` plus its service
 //!   time.
@@ -27,7 +30,7 @@ use serde::Serialize;
 
 use super::workload::Job;
 use crate::error::CliError;
-use crate::provider::{Charging, Enforcement, LatencyConfig, ProviderConfig, ProviderDimension};
+use crate::provider::{Charging, CompiledLimit, Enforcement, LatencyConfig, ProviderConfig, ProviderDimension};
 
 /// One limit's bound.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -83,6 +86,35 @@ pub(crate) fn charge(charging: Charging, dimension: ProviderDimension, job: &Job
     cost as f64
 }
 
+/// The earliest the last admission can come on `limit` for a total charge
+/// of `total`, and how that was worked out. A pool that starts exhausted has
+/// no burst to spend: its bucket holds `B = 0`, and its first window admits
+/// nothing, so every one of `ceil(C / A)` windows comes after it.
+fn last_admission(limit: &CompiledLimit, total: f64, exhausted: bool) -> (f64, String) {
+    let window = humantime::format_duration(Duration::from_nanos(limit.window_ns));
+    match limit.algorithm {
+        Enforcement::TokenBucket => {
+            let per_ns = limit.amount / limit.window_ns as f64;
+            let burst = if exhausted { 0.0 } else { limit.amount };
+            let how = format!("(C - B) / r + s_min + d: C = {total:.0}, B = {burst}, r = {}/{window}", limit.amount);
+            ((total - burst).max(0.0) / per_ns, how)
+        }
+        Enforcement::SlidingWindow if exhausted => {
+            let windows = if total > 0.0 { (total / limit.amount).ceil() } else { 0.0 };
+            let how = format!(
+                "ceil(C / A) W + s_min + d (the first window used up): C = {total:.0}, A = {}, W = {window}",
+                limit.amount
+            );
+            (windows * limit.window_ns as f64, how)
+        }
+        Enforcement::SlidingWindow => {
+            let windows = ((total / limit.amount).ceil() - 1.0).max(0.0);
+            let how = format!("(ceil(C / A) - 1) W + s_min + d: C = {total:.0}, A = {}, W = {window}", limit.amount);
+            (windows * limit.window_ns as f64, how)
+        }
+    }
+}
+
 /// Each limit's term, the binding token limit, then concurrency and arrivals.
 pub(crate) fn lower_bound(
     provider: &ProviderConfig,
@@ -107,22 +139,7 @@ pub(crate) fn lower_bound(
         // `+ 0.0`: an empty float sum is -0.0, which would print as "-0".
         let total: f64 = charges.iter().sum::<f64>() + 0.0;
         let window = humantime::format_duration(Duration::from_nanos(limit.window_ns));
-        let (last_admission, detail) = match limit.algorithm {
-            Enforcement::TokenBucket => {
-                let per_ns = limit.amount / limit.window_ns as f64;
-                let how = format!(
-                    "(C - B) / r + s_min + d: C = {total:.0}, B = {}, r = {}/{window}",
-                    limit.amount, limit.amount
-                );
-                ((total - limit.amount).max(0.0) / per_ns, how)
-            }
-            Enforcement::SlidingWindow => {
-                let windows = ((total / limit.amount).ceil() - 1.0).max(0.0);
-                let how =
-                    format!("(ceil(C / A) - 1) W + s_min + d: C = {total:.0}, A = {}, W = {window}", limit.amount);
-                (windows * limit.window_ns as f64, how)
-            }
-        };
+        let (last_admission, detail) = last_admission(limit, total, provider.chaos.start_exhausted);
         let name = format!("{}/{window}", limit.dimension.as_str());
         let seconds = (last_admission + min_service + d) / 1e9;
         if limit.dimension != ProviderDimension::Requests
@@ -189,5 +206,16 @@ mod tests {
         let (bound, _) = lower_bound(&provider("sliding_window"), 10_000_000, &jobs(1)).unwrap();
         assert_eq!(bound.binding, "arrivals");
         assert!((bound.seconds - 0.62).abs() < 1e-9, "{bound:?}");
+    }
+
+    #[test]
+    fn a_pool_that_starts_exhausted_has_no_burst_to_spend() {
+        for algorithm in ["token_bucket", "sliding_window"] {
+            let mut exhausted = provider(algorithm);
+            exhausted.chaos.start_exhausted = true;
+            // 10 × 1000 tokens from an empty pool: 10 whole minutes of refill.
+            let (bound, _) = lower_bound(&exhausted, 10_000_000, &jobs(10)).unwrap();
+            assert!((bound.seconds - (600.0 + 0.61)).abs() < 1e-9, "{algorithm}: {bound:?}");
+        }
     }
 }
