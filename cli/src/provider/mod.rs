@@ -195,7 +195,8 @@ impl Provider {
             (Charging::Openai, ProviderDimension::Tokens) => req.max_tokens.max(estimate),
             (Charging::Openai, ProviderDimension::InputTokens) => estimate,
             (Charging::Openai | Charging::Anthropic, ProviderDimension::OutputTokens) => req.max_tokens,
-            (Charging::Anthropic, ProviderDimension::Tokens) => req.input_tokens + req.max_tokens,
+            // Saturating: a cap near u64::MAX must stay too large, not wrap to free.
+            (Charging::Anthropic, ProviderDimension::Tokens) => req.input_tokens.saturating_add(req.max_tokens),
             (Charging::Anthropic, ProviderDimension::InputTokens) => req.input_tokens,
             (Charging::Actual, _) => 0,
         };

@@ -191,3 +191,14 @@ limits = [
     assert!(r.body.contains("\"type\":\"tokens\"") && r.body.contains("for tokens"), "{}", r.body);
     assert!(p.admit(60 * SECOND, &request("k", 1000, 1000, 1)).is_ok(), "it fits once the wait is over");
 }
+
+#[test]
+fn a_huge_max_tokens_is_too_large_not_an_overflow() {
+    let mut p = provider(
+        r#"shape = "anthropic"
+limits = [{ dimension = "tokens", amount = 1000, window = "1m" }]"#,
+    );
+    // Prompt plus max_tokens passes u64::MAX: it must not wrap to a free request.
+    let r = p.admit(0, &request("k", 10, u64::MAX, 1)).unwrap_err();
+    assert_eq!(r.kind, RejectionKind::TooLarge(ProviderDimension::Tokens));
+}

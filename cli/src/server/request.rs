@@ -100,10 +100,15 @@ pub(crate) fn parse(
         ApiShape::Openai => {
             let body: OpenaiBody = decode(body)?;
             let prompt_chars = messages_chars(&body.messages, &OPENAI_ROLES)?;
-            let max_tokens = body.max_completion_tokens.or(body.max_tokens).unwrap_or(default_max_tokens);
+            let (field, max_tokens) = match (body.max_completion_tokens, body.max_tokens) {
+                (Some(n), _) => ("max_completion_tokens", n),
+                (None, Some(n)) => ("max_tokens", n),
+                (None, None) => ("max_tokens", default_max_tokens),
+            };
             if max_tokens == 0 {
-                return Err("max_tokens: must be at least 1".to_owned());
+                return Err(format!("{field}: must be at least 1"));
             }
+            at_most_max_tokens(field, max_tokens)?;
             let include_usage = body.stream_options.is_some_and(|o| o.include_usage);
             Ok(request(body.model, key, prompt_chars, max_tokens, body.stream, include_usage))
         }
@@ -113,11 +118,21 @@ pub(crate) fn parse(
             if max_tokens == 0 {
                 return Err("max_tokens: Input should be greater than or equal to 1".to_owned());
             }
+            at_most_max_tokens("max_tokens", max_tokens)?;
             let system = body.system.as_ref().map_or(0, content_chars);
             let prompt_chars = system + messages_chars(&body.messages, &ANTHROPIC_ROLES)?;
             Ok(request(body.model, key, prompt_chars, max_tokens, body.stream, false))
         }
     }
+}
+
+/// Refuses a cap no request could need: the provider model adds it to the
+/// prompt on its limits, and the core takes no count above `MAX_TOKENS`.
+fn at_most_max_tokens(field: &str, max_tokens: u64) -> Result<(), String> {
+    if max_tokens > llmgov::MAX_TOKENS {
+        return Err(format!("{field}: `{max_tokens}` is more than {} tokens", llmgov::MAX_TOKENS));
+    }
+    Ok(())
 }
 
 fn request(model: String, key: String, prompt_chars: u64, max_tokens: u64, stream: bool, usage: bool) -> ChatRequest {
@@ -295,6 +310,20 @@ mod tests {
             parse_anthropic(r#"{"model":"c","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text"}]}]}"#);
         assert_eq!(err.unwrap_err(), "messages[0].content[0].text: Field required");
         assert!(parse_openai(r#"{"model":"m","messages":[{"role":"user","content":"x"}]} trailing"#).is_err());
+    }
+
+    #[test]
+    fn a_max_tokens_no_request_could_need_is_refused_naming_it() {
+        let too_many = llmgov::MAX_TOKENS + 1;
+        let content = r#""messages":[{"role":"user","content":"x"}]"#;
+        let err = parse_openai(&format!(r#"{{"model":"m",{content},"max_tokens":{too_many}}}"#)).unwrap_err();
+        assert!(err.starts_with("max_tokens") && err.contains(&too_many.to_string()), "{err}");
+        let err = parse_anthropic(&format!(r#"{{"model":"c",{content},"max_tokens":{}}}"#, u64::MAX)).unwrap_err();
+        assert!(err.starts_with("max_tokens") && err.contains(&u64::MAX.to_string()), "{err}");
+        let body = format!(r#"{{"model":"m",{content},"max_completion_tokens":{too_many}}}"#);
+        assert!(parse_openai(&body).unwrap_err().starts_with("max_completion_tokens"));
+        let at_most = format!(r#"{{"model":"m",{content},"max_tokens":{}}}"#, llmgov::MAX_TOKENS);
+        assert_eq!(parse_openai(&at_most).unwrap().max_tokens, llmgov::MAX_TOKENS);
     }
 
     #[test]

@@ -79,7 +79,7 @@ pub(crate) fn charge(charging: Charging, dimension: ProviderDimension, job: &Job
         (Charging::Openai, ProviderDimension::Tokens) => job.max_tokens.max(job.prompt_estimate()),
         (Charging::Openai, ProviderDimension::InputTokens) => job.prompt_estimate(),
         (Charging::Openai, ProviderDimension::OutputTokens) => job.max_tokens,
-        (_, ProviderDimension::Tokens) => job.input_tokens + job.output_tokens(),
+        (_, ProviderDimension::Tokens) => job.input_tokens.saturating_add(job.output_tokens()),
         (_, ProviderDimension::InputTokens) => job.input_tokens,
         (_, ProviderDimension::OutputTokens) => job.output_tokens(),
     };
