@@ -163,13 +163,16 @@ impl Provider {
         }
     }
 
-    fn pool(&mut self, name: &str) -> &mut PoolState {
+    /// `name`'s pool, made at `now` if it is new.
+    fn pool(&mut self, now: u64, name: &str) -> &mut PoolState {
         let (limits, scale, exhausted) = (&self.limits, self.scale, self.config.chaos.start_exhausted);
         self.pools.entry(name.to_owned()).or_insert_with(|| {
             let mut meters: Vec<Meter> = limits.iter().map(Meter::new).collect();
-            meters.iter_mut().for_each(|m| m.scale(0, scale));
+            meters.iter_mut().for_each(|m| m.scale(now, scale));
             if exhausted {
-                meters.iter_mut().for_each(|m| m.charge(0, m.limit()));
+                // Drained as of its first use: charged at 0, a pool first
+                // used a window later would have refilled already.
+                meters.iter_mut().for_each(|m| m.charge(now, m.limit()));
             }
             PoolState { meters, in_flight: 0 }
         })
@@ -231,7 +234,7 @@ impl Provider {
         }
         let costs: Vec<f64> = self.limits.iter().map(|l| self.admission_cost(l, req)).collect();
         let (concurrency, limits) = (self.config.concurrency, self.limits.clone());
-        let pool = self.pool(&pool_name);
+        let pool = self.pool(now, &pool_name);
         let refusal = if concurrency.is_some_and(|c| pool.in_flight >= c) {
             Some((RejectionKind::RateLimited(None), 1_000_000_000))
         } else {
@@ -252,7 +255,7 @@ impl Provider {
         if let Some((kind, wait)) = refusal {
             return Err(self.reject(now, &req.key, kind, Some(wait)));
         }
-        let pool = self.pool(&pool_name);
+        let pool = self.pool(now, &pool_name);
         for (meter, &cost) in pool.meters.iter_mut().zip(&costs) {
             if cost > 0.0 {
                 meter.charge(now, cost);
@@ -314,7 +317,7 @@ impl Provider {
     pub fn finish(&mut self, now: u64, admitted: &Admitted) -> (ProviderUsage, Vec<(String, String)>) {
         let charging = self.config.charging();
         let limits = self.limits.clone();
-        let pool = self.pool(&admitted.pool);
+        let pool = self.pool(now, &admitted.pool);
         pool.in_flight = pool.in_flight.saturating_sub(1);
         for (meter, limit) in pool.meters.iter_mut().zip(&limits) {
             let output = admitted.output_tokens as f64;
@@ -377,7 +380,7 @@ impl Provider {
     pub fn limit_states(&mut self, now: u64, key: &str) -> Vec<LimitState> {
         let name = self.pool_name(key);
         let limits = self.limits.clone();
-        let pool = self.pool(&name);
+        let pool = self.pool(now, &name);
         let mut states: Vec<(u64, LimitState)> = Vec::new();
         for (meter, limit) in pool.meters.iter_mut().zip(&limits) {
             let state = LimitState {

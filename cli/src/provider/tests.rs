@@ -202,3 +202,20 @@ limits = [{ dimension = "tokens", amount = 1000, window = "1m" }]"#,
     let r = p.admit(0, &request("k", 10, u64::MAX, 1)).unwrap_err();
     assert_eq!(r.kind, RejectionKind::TooLarge(ProviderDimension::Tokens));
 }
+
+#[test]
+fn a_pool_that_starts_exhausted_is_exhausted_when_first_used() {
+    let toml = |pool: &str| {
+        format!(
+            "shape = \"openai\"\npool = \"{pool}\"\nchaos = {{ start_exhausted = true }}\n\
+             limits = [{{ dimension = \"requests\", amount = 2, window = \"1m\" }}]"
+        )
+    };
+    let mut shared = provider(&toml("shared"));
+    let r = shared.admit(60 * SECOND, &request("a", 1, 1, 1)).unwrap_err();
+    assert_eq!(r.retry_after_ns, Some(30 * SECOND), "one request refills in 30 s from first use");
+    let mut per_key = provider(&toml("per_key"));
+    per_key.admit(0, &request("a", 1, 1, 1)).unwrap_err();
+    assert!(per_key.admit(120 * SECOND, &request("b", 1, 1, 1)).is_err(), "b's pool is new at 120 s");
+    assert!(per_key.admit(150 * SECOND, &request("b", 1, 1, 1)).is_ok());
+}
