@@ -236,7 +236,7 @@ impl Provider {
         let (concurrency, limits) = (self.config.concurrency, self.limits.clone());
         let pool = self.pool(now, &pool_name);
         let refusal = if concurrency.is_some_and(|c| pool.in_flight >= c) {
-            Some((RejectionKind::RateLimited(None), 1_000_000_000))
+            Some((RejectionKind::Concurrency, 1_000_000_000))
         } else {
             // Charging actual usage only, a provider admits while anything is left.
             let needed = |cost: f64| if cost > 0.0 { cost } else { f64::MIN_POSITIVE };
@@ -342,6 +342,12 @@ impl Provider {
         let message = match kind {
             RejectionKind::RateLimited(Some(d)) => format!("Rate limit reached for {}", d.as_str()),
             RejectionKind::RateLimited(None) => "Too many requests".to_owned(),
+            // "concurrent" is the cue clients (llmgov's classifier too) read
+            // as a cap on requests in flight, not on requests per minute.
+            RejectionKind::Concurrency => format!(
+                "Too many concurrent requests: at most {} in flight",
+                self.config.concurrency.unwrap_or_default()
+            ),
             RejectionKind::QuotaExhausted => {
                 "You exceeded your current quota, please check your plan and billing details.".to_owned()
             }

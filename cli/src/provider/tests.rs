@@ -106,7 +106,7 @@ concurrency = 1
 limits = [{ dimension = "requests", amount = 600, window = "1m", enforce_every = "1s" }]"#,
     );
     let a = p.admit(0, &request("k", 1, 1, 1)).unwrap();
-    assert_eq!(p.admit(0, &request("k", 1, 1, 1)).unwrap_err().kind, RejectionKind::RateLimited(None));
+    assert_eq!(p.admit(0, &request("k", 1, 1, 1)).unwrap_err().kind, RejectionKind::Concurrency);
     p.finish(0, &a);
     // 600 a minute held as 10 a second: the per-minute headroom does not help.
     for _ in 0..9 {
@@ -218,4 +218,17 @@ fn a_pool_that_starts_exhausted_is_exhausted_when_first_used() {
     per_key.admit(0, &request("a", 1, 1, 1)).unwrap_err();
     assert!(per_key.admit(120 * SECOND, &request("b", 1, 1, 1)).is_err(), "b's pool is new at 120 s");
     assert!(per_key.admit(150 * SECOND, &request("b", 1, 1, 1)).is_ok());
+}
+
+#[test]
+fn a_concurrency_refusal_reads_as_concurrency_to_the_classifier() {
+    for shape in ["openai", "anthropic"] {
+        let mut p = provider(&format!("shape = \"{shape}\"\nconcurrency = 1"));
+        p.admit(0, &request("k", 1, 1, 1)).unwrap();
+        let r = p.admit(0, &request("k", 1, 1, 1)).unwrap_err();
+        assert_eq!(r.kind, RejectionKind::Concurrency);
+        let c = llmgov::classify_response(r.status, &r.headers, r.body.as_bytes(), llmgov::ProviderHint::Auto, 0);
+        assert_eq!(c.kind, llmgov::LimitKind::RateLimited, "{shape}: {}", r.body);
+        assert_eq!(c.dimension, llmgov::LimitDimension::Concurrency, "{shape}: {}", r.body);
+    }
 }

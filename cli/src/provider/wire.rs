@@ -10,8 +10,10 @@ use super::config::{ApiShape, ProviderDimension};
 /// Why a request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RejectionKind {
-    /// A rate limit refused it; `None` for requests in flight.
+    /// A rate limit refused it; `None` when no limit is named (a chaos 429).
     RateLimited(Option<ProviderDimension>),
+    /// The provider's cap on requests in flight refused it.
+    Concurrency,
     /// It costs more on this limit than the limit ever holds: waiting never
     /// helps (OpenAI's 429 "Request too large … The input or output tokens
     /// must be reduced").
@@ -30,7 +32,13 @@ impl RejectionKind {
     /// The HTTP status the provider answers with.
     pub fn status(self, shape: ApiShape) -> u16 {
         match (self, shape) {
-            (RejectionKind::RateLimited(_) | RejectionKind::TooLarge(_) | RejectionKind::QuotaExhausted, _) => 429,
+            (
+                RejectionKind::RateLimited(_)
+                | RejectionKind::Concurrency
+                | RejectionKind::TooLarge(_)
+                | RejectionKind::QuotaExhausted,
+                _,
+            ) => 429,
             (RejectionKind::Overloaded, ApiShape::Openai) => 503,
             (RejectionKind::Overloaded, ApiShape::Anthropic) => 529,
             (RejectionKind::ServerError, _) => 500,
@@ -119,6 +127,8 @@ pub fn error_body(shape: ApiShape, kind: RejectionKind, message: &str) -> String
                 | RejectionKind::TooLarge(ProviderDimension::Requests) => ("requests", "rate_limit_exceeded"),
                 RejectionKind::RateLimited(Some(_)) | RejectionKind::TooLarge(_) => ("tokens", "rate_limit_exceeded"),
                 RejectionKind::RateLimited(None) => ("requests", "rate_limit_exceeded"),
+                // Not `requests`, which classifiers read as the requests-per-minute limit.
+                RejectionKind::Concurrency => ("concurrency", "rate_limit_exceeded"),
                 RejectionKind::QuotaExhausted => ("insufficient_quota", "insufficient_quota"),
                 RejectionKind::Overloaded => ("server_error", "overloaded"),
                 RejectionKind::ServerError => ("server_error", "server_error"),
@@ -128,9 +138,10 @@ pub fn error_body(shape: ApiShape, kind: RejectionKind, message: &str) -> String
         }
         ApiShape::Anthropic => {
             let kind_type = match kind {
-                RejectionKind::RateLimited(_) | RejectionKind::TooLarge(_) | RejectionKind::QuotaExhausted => {
-                    "rate_limit_error"
-                }
+                RejectionKind::RateLimited(_)
+                | RejectionKind::Concurrency
+                | RejectionKind::TooLarge(_)
+                | RejectionKind::QuotaExhausted => "rate_limit_error",
                 RejectionKind::Overloaded => "overloaded_error",
                 RejectionKind::ServerError => "api_error",
                 RejectionKind::BadRequest => "invalid_request_error",

@@ -22,7 +22,10 @@ use crate::provider::{ProviderConfig, ProviderDimension, RejectionKind};
 /// Whether waiting and sending again can help.
 fn retryable(kind: RejectionKind) -> bool {
     match kind {
-        RejectionKind::RateLimited(_) | RejectionKind::Overloaded | RejectionKind::ServerError => true,
+        RejectionKind::RateLimited(_)
+        | RejectionKind::Concurrency
+        | RejectionKind::Overloaded
+        | RejectionKind::ServerError => true,
         RejectionKind::QuotaExhausted | RejectionKind::TooLarge(_) | RejectionKind::BadRequest => false,
     }
 }
