@@ -102,12 +102,21 @@ pub fn limit_headers(shape: ApiShape, limits: &[LimitState], wall_now: SystemTim
                 headers.push((format!("anthropic-ratelimit-{name}-remaining"), state.remaining.to_string()));
                 headers.push((
                     format!("anthropic-ratelimit-{name}-reset"),
-                    humantime::format_rfc3339_seconds(reset).to_string(),
+                    humantime::format_rfc3339_seconds(ceil_to_second(reset)).to_string(),
                 ));
             }
         }
     }
     headers
+}
+
+/// `time` rounded up to a whole second: Anthropic's resets are whole
+/// seconds, and one truncated would come before the true reset (even
+/// before now), so a client waiting for it would be refused again.
+fn ceil_to_second(time: SystemTime) -> SystemTime {
+    let since_epoch = time.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let seconds = since_epoch.as_secs() + u64::from(since_epoch.subsec_nanos() > 0);
+    SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
 }
 
 /// `retry-after` (whole seconds, rounded up) and `retry-after-ms`.
@@ -172,6 +181,16 @@ mod tests {
         let headers = limit_headers(ApiShape::Anthropic, &[state], origin);
         assert!(headers.contains(&("anthropic-ratelimit-input-tokens-reset".into(), "2026-01-01T00:00:30Z".into())));
         assert!(headers.contains(&("anthropic-ratelimit-input-tokens-remaining".into(), "3".into())));
+    }
+
+    #[test]
+    fn anthropic_resets_round_up_to_the_second_never_before_the_true_reset() {
+        let origin = SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600); // 2026-01-01
+        let wall_now = origin + Duration::from_millis(400);
+        let state = LimitState { dimension: ProviderDimension::Tokens, limit: 10, remaining: 0, reset_ns: 200_000_000 };
+        // The true reset is at 00:00:00.6: "00:00:00Z" would be before it, and before now.
+        let headers = limit_headers(ApiShape::Anthropic, &[state], wall_now);
+        assert!(headers.contains(&("anthropic-ratelimit-tokens-reset".into(), "2026-01-01T00:00:01Z".into())));
     }
 
     #[test]
