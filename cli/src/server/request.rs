@@ -66,8 +66,9 @@ struct OpenaiBody {
     max_tokens: Option<u64>,
     #[serde(default)]
     max_completion_tokens: Option<u64>,
+    // OpenAI's spec allows `"stream": null`, meaning false.
     #[serde(default)]
-    stream: bool,
+    stream: Option<bool>,
     #[serde(default)]
     stream_options: Option<StreamOptions>,
 }
@@ -82,7 +83,7 @@ struct AnthropicBody {
     #[serde(default)]
     system: Option<Content>,
     #[serde(default)]
-    stream: bool,
+    stream: Option<bool>,
 }
 
 const OPENAI_ROLES: [&str; 6] = ["system", "developer", "user", "assistant", "tool", "function"];
@@ -110,7 +111,7 @@ pub(crate) fn parse(
             }
             at_most_max_tokens(field, max_tokens)?;
             let include_usage = body.stream_options.is_some_and(|o| o.include_usage);
-            Ok(request(body.model, key, prompt_chars, max_tokens, body.stream, include_usage))
+            Ok(request(body.model, key, prompt_chars, max_tokens, body.stream.unwrap_or(false), include_usage))
         }
         ApiShape::Anthropic => {
             let body: AnthropicBody = decode(body)?;
@@ -121,7 +122,7 @@ pub(crate) fn parse(
             at_most_max_tokens("max_tokens", max_tokens)?;
             let system = body.system.as_ref().map_or(0, content_chars);
             let prompt_chars = system + messages_chars(&body.messages, &ANTHROPIC_ROLES)?;
-            Ok(request(body.model, key, prompt_chars, max_tokens, body.stream, false))
+            Ok(request(body.model, key, prompt_chars, max_tokens, body.stream.unwrap_or(false), false))
         }
     }
 }
@@ -324,6 +325,15 @@ mod tests {
         assert!(parse_openai(&body).unwrap_err().starts_with("max_completion_tokens"));
         let at_most = format!(r#"{{"model":"m",{content},"max_tokens":{}}}"#, llmgov::MAX_TOKENS);
         assert_eq!(parse_openai(&at_most).unwrap().max_tokens, llmgov::MAX_TOKENS);
+    }
+
+    #[test]
+    fn a_null_stream_is_no_stream_in_both_shapes() {
+        let content = r#""messages":[{"role":"user","content":"x"}]"#;
+        let openai = parse_openai(&format!(r#"{{"model":"m",{content},"stream":null}}"#)).unwrap();
+        assert!(!openai.stream);
+        let anthropic = parse_anthropic(&format!(r#"{{"model":"c","max_tokens":5,{content},"stream":null}}"#)).unwrap();
+        assert!(!anthropic.stream);
     }
 
     #[test]
