@@ -103,15 +103,21 @@ const MINUTE_NS: u64 = 60_000_000_000;
 
 /// A duration for people: `12.3s`, `19m 05.2s`, `1h 02m 03s`.
 pub(crate) fn fmt_duration(seconds: f64) -> String {
-    if seconds < 60.0 {
-        let text = format!("{seconds:.1}");
+    // Rounded to tenths before it is split, or 119.97 s would print as
+    // "1m 60.0s"; rounded by the formatter, so figures round as they did.
+    let text = format!("{seconds:.1}");
+    let tenths = text.split_once('.').and_then(|(s, t)| Some(s.parse::<u64>().ok()? * 10 + t.parse::<u64>().ok()?));
+    let Some(tenths) = tenths else {
+        return format!("{text}s"); // negative or not finite: no split to make
+    };
+    if tenths < 600 {
         return format!("{}s", text.strip_suffix(".0").unwrap_or(&text));
     }
-    let whole = seconds.round() as u64;
-    if seconds < 3600.0 {
-        let minutes = (seconds / 60.0).floor();
-        return format!("{minutes}m {:04.1}s", seconds - minutes * 60.0);
+    if tenths < 36_000 {
+        let rest = tenths % 600;
+        return format!("{}m {:02}.{}s", tenths / 600, rest / 10, rest % 10);
     }
+    let whole = seconds.round() as u64;
     format!("{}h {:02}m {:02}s", whole / 3600, whole % 3600 / 60, whole % 60)
 }
 
@@ -288,6 +294,14 @@ mod tests {
         assert_eq!(fmt_duration(12.0), "12s");
         assert_eq!(fmt_duration(1145.25), "19m 05.2s");
         assert_eq!(fmt_duration(3723.0), "1h 02m 03s");
+    }
+
+    #[test]
+    fn a_duration_rounding_up_carries_into_the_minute_and_the_hour() {
+        assert_eq!(fmt_duration(119.97), "2m 00.0s");
+        assert_eq!(fmt_duration(59.97), "1m 00.0s");
+        assert_eq!(fmt_duration(3599.97), "1h 00m 00s");
+        assert_eq!(fmt_duration(3599.6), "59m 59.6s");
     }
 
     #[test]
