@@ -154,6 +154,36 @@ mod tests {
         assert_eq!(rate(45.0), "45.0");
     }
 
+    /// Serde wrote an infinite ceiling as `"rpm": null`, which reads as unknown.
+    #[test]
+    fn json_leaves_out_the_rpm_of_an_unbounded_ceiling() {
+        let no_output = PlanInput { output_tpm: Some(1000.0), avg_output: 0.0, ..seed_batch() };
+        let json = serde_json::to_value(no_output.plan().unwrap()).unwrap();
+        let ceilings = json["ceilings"].as_array().unwrap();
+        let output = ceilings.iter().find(|c| c["limit"] == "output_tpm").unwrap();
+        assert_eq!(output, &serde_json::json!({"limit": "output_tpm"}), "{json}");
+        let rpm = ceilings.iter().find(|c| c["limit"] == "rpm").unwrap();
+        assert_eq!(rpm["rpm"], 60.0, "{json}");
+    }
+
+    #[test]
+    fn latency_is_checked_only_where_concurrency_uses_it() {
+        assert!(PlanInput { latency: 0.0, ..seed_batch() }.plan().is_ok());
+        let err = PlanInput { latency: 0.0, concurrency: Some(4.0), ..seed_batch() }.plan().unwrap_err().to_string();
+        assert!(err.contains("--latency") && err.contains('0'), "{err}");
+        let err = PlanInput { latency: -1.0, ..seed_batch() }.plan().unwrap_err().to_string();
+        assert!(err.contains("--latency") && err.contains("-1"), "{err}");
+    }
+
+    #[test]
+    fn a_p95_below_its_average_is_refused_naming_both_flags() {
+        let err = PlanInput { p95_output: Some(100.0), ..seed_batch() }.plan().unwrap_err().to_string();
+        assert!(err.contains("--p95-output/--avg-output") && err.contains("100/500"), "{err}");
+        let err = PlanInput { p95_input: Some(1000.0), ..seed_batch() }.plan().unwrap_err().to_string();
+        assert!(err.contains("--p95-input/--avg-input") && err.contains("1000/1500"), "{err}");
+        assert!(PlanInput { p95_output: Some(500.0), ..seed_batch() }.plan().is_ok());
+    }
+
     #[test]
     fn bad_input_names_the_flag() {
         let err = PlanInput { rpm: Some(-1.0), ..seed_batch() }.plan().unwrap_err().to_string();

@@ -108,7 +108,9 @@ fn negative_plan_numbers_are_refused_naming_the_flag() {
     {
         let limit = if flag == "--tpm" { "--rpm" } else { "--tpm" };
         let output = llmgov(&["plan", "--avg-input", "100", "--avg-output", "50", limit, "6000", flag, "-5"]);
-        assert_refused(&output, &[&format!("`{flag}` = `-5`"), "must be a positive number"]);
+        // A latency of 0 is taken without a concurrency limit, so -5 is "non-negative"'s.
+        let reason = if flag == "--latency" { "must be a non-negative number" } else { "must be a positive number" };
+        assert_refused(&output, &[&format!("`{flag}` = `-5`"), reason]);
     }
     let output = llmgov(&["plan", "--avg-input", "-1.5", "--avg-output", "50", "--rpm", "60"]);
     assert_refused(&output, &["`--avg-input` = `-1.5`", "must be a non-negative number"]);

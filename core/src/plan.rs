@@ -47,7 +47,7 @@ pub struct PlanInput {
     /// 95th-percentile output tokens (what a reservation holds).
     pub p95_output: Option<f64>,
     /// Average request latency in seconds (bounds the rate under a
-    /// concurrency limit).
+    /// concurrency limit; only then must it be positive).
     pub latency: f64,
     /// Fraction of the limits to plan for, in (0, 1].
     pub utilisation: f64,
@@ -77,8 +77,15 @@ impl Default for PlanInput {
 pub struct Ceiling {
     /// The limit: `rpm`, `tpm`, `input_tpm`, `output_tpm` or `concurrency`.
     pub limit: &'static str,
-    /// Requests per minute it allows, at 100%.
+    /// Requests per minute it allows, at 100%. Infinite for a limit that
+    /// never binds; serialized by leaving `rpm` out, since JSON has no
+    /// infinity and serde would write `null`, which reads as unknown.
+    #[serde(skip_serializing_if = "is_unbounded")]
     pub rpm: f64,
+}
+
+fn is_unbounded(rpm: &f64) -> bool {
+    rpm.is_infinite()
 }
 
 /// The plan: every ceiling, the binding one, and the sustainable rate.
@@ -114,8 +121,14 @@ impl PlanInput {
                 return Err(bad(field, value, "must be a non-negative number"));
             }
         }
+        if !(self.latency.is_finite() && self.latency >= 0.0) {
+            return Err(bad("latency", self.latency, "must be a non-negative number"));
+        }
+        // Only a concurrency limit divides by the latency.
+        if self.concurrency.is_some() && self.latency == 0.0 {
+            return Err(bad("latency", self.latency, "must be a positive number with a concurrency limit"));
+        }
         let positive = [
-            ("latency", Some(self.latency)),
             ("rpm", self.rpm),
             ("tpm", self.tpm),
             ("input_tpm", self.input_tpm),
@@ -127,6 +140,16 @@ impl PlanInput {
         for (field, value) in positive {
             if let Some(v) = value.filter(|v| !(v.is_finite() && *v > 0.0)) {
                 return Err(bad(field, v, "must be a positive number"));
+            }
+        }
+        let percentiles = [
+            ("p95_input/avg_input", self.p95_input, self.avg_input),
+            ("p95_output/avg_output", self.p95_output, self.avg_output),
+        ];
+        for (field, p95, avg) in percentiles {
+            if let Some(p95) = p95.filter(|p95| *p95 < avg) {
+                let (value, reason) = (format!("{p95}/{avg}"), "a p95 size cannot be below the average".to_owned());
+                return Err(Error::InvalidRequest { field, value, reason });
             }
         }
         if !(self.utilisation > 0.0 && self.utilisation <= 1.0) {
