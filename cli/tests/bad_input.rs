@@ -99,6 +99,17 @@ fn requests_that_never_fit_the_provider_are_refused_up_front() {
     assert_refused(&output, &["`workload.classes[0]`", "150000 input tokens", "holds 100000 per 1m"]);
 }
 
+/// A prompt of so many characters that its estimate passes the core's bound
+/// was refused as the core's `input_tokens`, a field no scenario has.
+#[test]
+fn a_prompt_too_large_to_estimate_names_the_scenario_field() {
+    let text = seed_batch_with("max_tokens = 400", "max_tokens = 400\nchars_per_token = 1e12")
+        .replacen("requests = 1000", "requests = 3", 1)
+        .replacen("amount = 100000,", "amount = 9007199254740992,", 1);
+    let output = simulate("huge-prompt", &text);
+    assert_refused(&output, &["`workload.classes[0].chars_per_token` = `1000000000000`"]);
+}
+
 /// `--rpm -1` used to be taken for an unknown flag `-1` ("unexpected
 /// argument '-1' found"), which names neither the flag nor the problem.
 #[test]

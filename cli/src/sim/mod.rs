@@ -89,6 +89,7 @@ fn refuse_arrivals_past_the_horizon(classes: &[scenario::Class], jobs: &[workloa
 fn refuse_requests_that_never_fit(scenario: &Scenario, jobs: &[workload::Job]) -> Result<(), CliError> {
     let provider = crate::provider::Provider::new(scenario.provider.clone(), 0, std::time::UNIX_EPOCH)?;
     for job in jobs {
+        refuse_a_prompt_too_large_to_estimate(scenario, job)?;
         if let Some(too_large) = provider.too_large(&job.request()) {
             let window = humantime::format_duration(std::time::Duration::from_nanos(too_large.window_ns));
             let value = format!("a request of {} input tokens with max_tokens {}", job.input_tokens, job.max_tokens);
@@ -103,6 +104,26 @@ fn refuse_requests_that_never_fit(scenario: &Scenario, jobs: &[workload::Job]) -
         }
     }
     Ok(())
+}
+
+/// A prompt whose characters ÷ 4 pass `llmgov::MAX_TOKENS` would be refused
+/// by the core as its `input_tokens`, a field the scenario does not have:
+/// the characters come from the class's `chars_per_token`, so that is named.
+fn refuse_a_prompt_too_large_to_estimate(scenario: &Scenario, job: &workload::Job) -> Result<(), CliError> {
+    if job.prompt_estimate() <= llmgov::MAX_TOKENS {
+        return Ok(());
+    }
+    let class = &scenario.workload.classes[job.class];
+    let reason = format!(
+        "a request of {} input tokens is then {} characters, estimated at {} tokens (characters / 4), more \
+         than the {} a request may have; lower chars_per_token or the class's input_tokens",
+        job.input_tokens,
+        job.prompt_chars,
+        job.prompt_estimate(),
+        llmgov::MAX_TOKENS
+    );
+    let value = crate::error::number(class.chars_per_token.unwrap_or(4.0));
+    Err(CliError::field(format!("workload.classes[{}].chars_per_token", job.class), value, reason))
 }
 
 /// Loads a scenario file and runs it. Every error names the file.
