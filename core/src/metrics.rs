@@ -24,7 +24,9 @@ pub struct Metrics {
     /// route and side.
     pub estimate_errors: Vec<EstimateError>,
     /// Requests sent per request the provider did not refuse: admitted ÷
-    /// (admitted − provider rejections); 1.0 before any success.
+    /// (admitted − provider rejections); 1.0 before anything is admitted.
+    /// While nothing admitted has succeeded it is admitted ÷ 1, so that a
+    /// provider refusing every request reads as the worst, not as 1.0.
     pub retry_amplification: f64,
 }
 
@@ -57,13 +59,13 @@ pub struct EstimateError {
 }
 
 impl Metrics {
-    /// Admitted ÷ admitted requests the provider did not refuse.
+    /// Admitted ÷ admitted requests the provider did not refuse (see
+    /// [`Metrics::retry_amplification`]); finite, since JSON has no infinity.
     pub(crate) fn amplification(snapshot: &Snapshot) -> f64 {
-        let successes = snapshot.admitted.saturating_sub(snapshot.admitted_then_provider_rejected);
-        if successes == 0 {
-            1.0
-        } else {
-            snapshot.admitted as f64 / successes as f64
+        if snapshot.admitted == 0 {
+            return 1.0;
         }
+        let successes = snapshot.admitted.saturating_sub(snapshot.admitted_then_provider_rejected);
+        snapshot.admitted as f64 / successes.max(1) as f64
     }
 }

@@ -89,6 +89,30 @@ fn limits_counters_breakers_and_queues_are_exposed() {
 }
 
 #[test]
+fn a_provider_refusing_every_request_reads_as_amplification_not_as_none() {
+    let config = json!({"scopes": {"openai/org": {"provider": true, "limits": [
+        {"dimension": "requests", "amount": 500, "window": "1m"},
+    ]}}});
+    let clock = Arc::new(ManualClock::new(0));
+    let gov = Governor::with_clock(&Config::from_value(config).unwrap(), clock.clone()).unwrap();
+    let route = gov.route(&["openai/org"]).unwrap();
+    assert_eq!(gov.metrics().retry_amplification, 1.0, "nothing admitted yet");
+    let body = br#"{"error":{"type":"insufficient_quota","code":"insufficient_quota"}}"#;
+    for refused in 1..=3 {
+        let mut permit = gov.try_acquire(&Request::new(route)).unwrap();
+        gov.report_classified(&permit, &classify_response(429, &[] as &[(&str, &str)], body, ProviderHint::OpenAi, 0))
+            .unwrap();
+        gov.cancel(&mut permit).unwrap();
+        clock.advance(Duration::from_secs(120));
+        assert_eq!(gov.metrics().retry_amplification, f64::from(refused), "{refused} sent, none served");
+    }
+    let mut served = gov.try_acquire(&Request::new(route)).unwrap();
+    gov.settle(&mut served, Usage::new(0, 0)).unwrap();
+    assert_eq!(gov.metrics().retry_amplification, 4.0, "four sent for one served");
+    assert_eq!(value(&gov.prometheus(), "llmgov_retry_amplification"), 4.0);
+}
+
+#[test]
 fn queue_depth_oldest_waiter_and_expiries_are_exposed() {
     let config = json!({
         "permit_ttl": "1m",
