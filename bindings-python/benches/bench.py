@@ -51,11 +51,9 @@ def interleaved(ours: Callable[[int], None], theirs: Callable[[int], None], n: i
 # --- 1. the round trip ------------------------------------------------------
 
 
-def llmgov_round_trip(style: str) -> Callable[[int], None]:
-    """`style`: "positional" (`try_acquire(route, 1000, 200)` then
-    `settle(1000, 150)`), "keywords" (the same by keyword, on the Route) or
-    "path" (by keyword, naming the path string instead of a Route)."""
-    gov = llmgov.Governor.from_dict(
+def round_trip_governor() -> llmgov.Governor:
+    """RPM + TPM on one provider scope, never refusing during the run."""
+    return llmgov.Governor.from_dict(
         {
             "scopes": {
                 "openai/org/gpt-4o": {
@@ -67,6 +65,13 @@ def llmgov_round_trip(style: str) -> Callable[[int], None]:
             }
         }
     )
+
+
+def llmgov_round_trip(style: str) -> Callable[[int], None]:
+    """`style`: "positional" (`try_acquire(route, 1000, 200)` then
+    `settle(1000, 150)`), "keywords" (the same by keyword, on the Route) or
+    "path" (by keyword, naming the path string instead of a Route)."""
+    gov = round_trip_governor()
     paths = "openai/org/gpt-4o" if style == "path" else gov.route("openai/org/gpt-4o")
 
     def positional(n: int) -> None:
@@ -146,6 +151,26 @@ def pyrate_round_trip() -> Callable[[int], None]:
     def run(n: int) -> None:
         for _ in range(n):
             assert requests.try_acquire("rpm", 1, blocking=False) and tokens.try_acquire("tpm", 1200, blocking=False)
+
+    return run
+
+
+def llmgov_async_round_trip() -> Callable[[int], None]:
+    """`permit = await gov.acquire(route, 1000, 200)` then `settle`, in one
+    task on an asyncio loop: the waiting API, admitted at once (the queue's
+    fast path), against aiolimiter's."""
+    gov = round_trip_governor()
+    route = gov.route("openai/org/gpt-4o")
+    loop = asyncio.new_event_loop()
+
+    async def many(n: int) -> None:
+        acquire = gov.acquire
+        for _ in range(n):
+            permit = await acquire(route, 1000, 200)
+            permit.settle(1000, 150)
+
+    def run(n: int) -> None:
+        loop.run_until_complete(many(n))
 
     return run
 
@@ -236,6 +261,7 @@ def main() -> None:
         ("seed article deque limiter (pure Python)", seed_round_trip()),
         ("limits SlidingWindowCounter hit × 2", limits_round_trip()),
         ("pyrate-limiter try_acquire × 2", pyrate_round_trip()),
+        ("llmgov await acquire + settle (Route, positional, asyncio)", llmgov_async_round_trip()),
         ("aiolimiter acquire × 2 (asyncio)", aiolimiter_round_trip()),
     ]
     # Interleaved: each of ROUNDS rounds times every peer once, so a change

@@ -27,6 +27,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use llmgov::{Acquire, Permit, Routed};
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::PyTuple;
 use pyo3::{intern, PyTraverseError, PyVisit};
 
@@ -255,7 +256,8 @@ impl Driver {
 
 /// The loop's driver, made and registered on first use (`llmgov._wake`).
 pub fn driver<'py>(py: Python<'py>, event_loop: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Driver>> {
-    Ok(py.import("llmgov._wake")?.call_method1("driver", (event_loop,))?.cast_into::<Driver>()?)
+    static DRIVER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    Ok(DRIVER.import(py, "llmgov._wake", "driver")?.call1((event_loop,))?.cast_into::<Driver>()?)
 }
 
 /// Forgets a task when its asyncio future is done (a `done_callback`).
@@ -288,19 +290,21 @@ pub fn wait_async<'py>(
     start: impl FnOnce(&llmgov::Governor) -> Waiting,
 ) -> PyResult<Bound<'py, Acquiring>> {
     let py = gov.py();
-    let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
-    let future = event_loop.call_method0("create_future")?;
-    let driver = driver(py, &event_loop)?;
+    // Looked up once: an import on each call was a fifth of an acquire.
+    static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let event_loop = GET_RUNNING_LOOP.import(py, "asyncio", "get_running_loop")?.call0()?;
+    let future = event_loop.call_method0(intern!(py, "create_future"))?;
     let mut waiting = start(&gov.get().gov);
     if !waiting.is_waiting() {
-        // Answered at once: resolved here rather than by the loop's driver,
-        // whose socket round trip took 9 of the 11 µs of such an acquire.
-        // The awaitable still yields once (see `Acquiring::yield_first`).
+        // Answered at once: resolved here, and the `await` returns without
+        // yielding, as an `asyncio.Semaphore` with room does. Through the
+        // loop's driver, its socket round trip took 9 of the 11 µs.
         if let Poll::Ready(outcome) = waiting.poll(&mut Context::from_waker(Waker::noop())) {
             resolve(py, &future, &gov.clone().unbind(), outcome);
-            return Bound::new(py, Acquiring { future: Some(future.unbind()), finished: false, yield_first: true });
+            return Bound::new(py, Acquiring::new(future.unbind()));
         }
     }
+    let driver = driver(py, &event_loop)?;
     let id = driver.get().start(waiting, future.clone().unbind(), gov.clone().unbind());
     let forget = Forget { driver: driver.unbind(), id };
     future.call_method1("add_done_callback", (forget,))?;
@@ -328,17 +332,11 @@ pub struct Acquiring {
     future: Option<Py<PyAny>>,
     /// Whether its outcome went to the caller, or was given back.
     finished: bool,
-    /// Answered before it was awaited: the awaiting task yields to the loop
-    /// once all the same (as `asyncio.sleep(0)` does). Not yielding, a wave
-    /// of callers admitted together ran on and sent their requests in a
-    /// bunch: the SDK load test saw more provider 429s than it allows in 4
-    /// of 8 runs, against 0 of 9 with a yield.
-    yield_first: bool,
 }
 
 impl Acquiring {
     fn new(future: Py<PyAny>) -> Self {
-        Acquiring { future: Some(future), finished: false, yield_first: false }
+        Acquiring { future: Some(future), finished: false }
     }
 
     /// Gives back what the caller stopped waiting for (see [`Acquiring`]).
@@ -392,10 +390,6 @@ impl Acquiring {
         if !future.call_method0(intern!(py, "done"))?.is_truthy()? {
             future.setattr(intern!(py, "_asyncio_future_blocking"), true)?;
             return Ok(future);
-        }
-        if std::mem::take(&mut self.yield_first) {
-            // A bare yield: the task runs again in the loop's next iteration.
-            return Ok(py.None().into_bound(py));
         }
         self.finished = true;
         let permit = future.call_method0(intern!(py, "result"))?;

@@ -133,36 +133,23 @@ async def test_a_task_cancelled_as_its_permit_is_granted_after_waiting_gives_it_
 
 
 @pytest.mark.parametrize("wait", WAITS.values(), ids=WAITS.keys())
-async def test_a_task_cancelled_as_it_yields_after_an_admission_at_once_gives_the_permit_back(wait: Any) -> None:
-    """Admitted at the call, the awaiting task still yields to the loop once,
-    and may be cancelled there: the permit it never received is given back."""
+async def test_an_acquire_admitted_at_once_returns_without_a_loop_round_trip(wait: Any) -> None:
+    """As an `asyncio.Semaphore` with room: the awaiting coroutine finishes
+    at its first step. Through the loop's driver, each such acquire cost a
+    socket round trip and a loop iteration (10.9 µs, aiolimiter's 1.5 µs)."""
     gov = llmgov.Governor.from_dict(ONE_SLOT, clock="manual")
 
     async def caller() -> Any:
         return await wait(gov)
 
-    task = asyncio.ensure_future(caller())
-    await asyncio.sleep(0)  # the task runs to its acquire, admitted, and yields
-    assert slot_in_use(gov) == 1 and not task.done()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert slot_in_use(gov) == 0, "the permit nobody received still holds the slot"
-
-
-async def test_callers_admitted_at_once_each_yield_to_the_loop() -> None:
-    """A wave of callers admitted together interleave, as after a wait: each
-    yields once between its admission and its request."""
-    gov = llmgov.Governor.from_dict({"scopes": {"p": {"limits": [{"dimension": "requests", "amount": 100, "window": "1m"}]}}}, clock="manual")
-    order = []
-
-    async def caller(n: int) -> None:
-        order.append(("admitting", n))
-        (await gov.acquire("p")).settle()
-        order.append(("sending", n))
-
-    await asyncio.gather(*(caller(n) for n in range(3)))
-    assert [step for step, _ in order[:3]] == ["admitting"] * 3, order
+    step = caller()
+    with pytest.raises(StopIteration) as done:
+        step.send(None)
+    permit = done.value.value
+    assert isinstance(permit, llmgov.Permit) and permit.state in ("pending", "settled"), permit
+    if permit.state == "pending":
+        permit.cancel()
+    assert slot_in_use(gov) == 0
 
 
 @pytest.mark.parametrize("start", [lambda gov: gov.acquire("c"), lambda gov: gov.acquire_profile("main")], ids=["acquire", "acquire_profile"])
