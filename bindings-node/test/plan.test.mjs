@@ -68,7 +68,7 @@ const FLAGS = {
   latency: '--latency', utilisation: '--utilisation',
 };
 
-/** `llmgov plan --json` for the same options, camelCased (JSON's null for an unbounded ceiling is Infinity). */
+/** `llmgov plan --json` for the same options, camelCased (an unbounded ceiling, whose `rpm` the JSON leaves out, is Infinity). */
 function printedPlan(options) {
   const args = Object.entries(options).flatMap(([name, value]) => [FLAGS[name], String(value)]);
   const printed = JSON.parse(execFileSync(llmgovBinary(), ['plan', '--json', ...args], { encoding: 'utf8' }));
@@ -111,7 +111,8 @@ test('bad values, found by the core, name the option as written and the value', 
     [{ outputTpm: 0 }, 'outputTpm', '0', /positive/],
     [{ concurrency: -10 }, 'concurrency', '-10', /positive/],
     [{ rpm: 60, p95Output: 0 }, 'p95Output', '0', /positive/],
-    [{ rpm: 60, latency: 0 }, 'latency', '0', /positive/],
+    [{ rpm: 60, concurrency: 4, latency: 0 }, 'latency', '0', /positive/],
+    [{ rpm: 60, p95Output: 50 }, 'p95Output/avgOutput', '50/100', /below the average/],
     [{ rpm: 60, utilisation: 1.5 }, 'utilisation', '1.5', /\(0, 1\]/],
     [{ rpm: 60, utilisation: 0 }, 'utilisation', '0', /\(0, 1\]/],
     [{ rpm: 60, avgInput: -5 }, 'avgInput', '-5', /non-negative/],
