@@ -176,6 +176,52 @@ fn thresholds_degrade_to_the_cheaper_profile_then_refuse() {
     }
 }
 
+/// gpt-4o falls back to opus (six times dearer); past gpt-4o's thresholds
+/// the budget closes it, and its fallback must not spend the budget anyway.
+fn with_a_dearer_fallback(thresholds: Value) -> Governor {
+    let mut prices = pricing();
+    prices["opus"] = json!({"input": 15.0, "output": 75.0});
+    let requests = |amount: u32| json!([{"dimension": "requests", "amount": amount, "window": "1m"}]);
+    governor(json!({
+        "pricing": prices,
+        "scopes": {
+            "openai/gpt-4o": {"provider": true, "pricing": "gpt-4o", "limits": requests(10000)},
+            "openai/mini": {"provider": true, "pricing": "mini", "limits": requests(1)},
+            "anthropic/opus": {"provider": true, "pricing": "opus", "limits": requests(10000)},
+            "tenants/*": {"limits": [{"dimension": "cost", "budget": 10.0, "window": "1d", "slots": 24}]},
+        },
+        "profiles": {
+            "gpt-4o": {"deployments": ["openai/gpt-4o"], "fallback": "opus", "budget": thresholds},
+            "mini": {"deployments": ["openai/mini"]},
+            "opus": {"deployments": ["anthropic/opus"]},
+        },
+    }))
+}
+
+#[test]
+fn past_its_thresholds_a_profile_does_not_fall_back_to_spend_the_budget() {
+    for thresholds in [json!({"refuse_at": 0.1}), json!({"degrade_at": 0.1, "degrade_to": "mini"})] {
+        let gov = with_a_dearer_fallback(thresholds.clone());
+        let profile = gov.profile("gpt-4o", &["tenants/acme"]).unwrap();
+        let big = Request::new(profile.primary()).input_tokens(200_000); // 0.5 on gpt-4o
+        for _ in 0..2 {
+            assert_eq!(&*gov.try_acquire_profile(&profile, &big).unwrap().profile, "gpt-4o");
+        }
+        if thresholds.get("degrade_to").is_some() {
+            let cheap = gov.try_acquire_profile(&profile, &big).unwrap();
+            assert!(cheap.degraded && &*cheap.profile == "mini", "{thresholds}");
+        }
+        // Refused past refuse_at, or with mini's one request a minute spent:
+        // opus would have spent 3.0 of the budget.
+        match gov.try_acquire_profile(&profile, &big) {
+            Err(Error::RateLimited { .. }) => {}
+            Ok(routed) => panic!("{thresholds}: admitted on {} after its thresholds closed gpt-4o", routed.profile),
+            Err(other) => panic!("{thresholds}: {other:?}"),
+        }
+        assert!(cost_limit(&gov, "tenants/acme").1 < 1_100_000, "{thresholds}: nothing spent on opus");
+    }
+}
+
 #[test]
 fn budget_config_errors_name_the_field_and_value() {
     let bad = |limit: Value, extra: Value| {

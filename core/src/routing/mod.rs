@@ -39,6 +39,9 @@ struct Refusal {
     error: Error,
     /// Whether a deployment was passed over for the cheaper profile.
     degrade: bool,
+    /// Whether the profile's budget thresholds held every deployment: the
+    /// budget closed the profile, so no fallback may spend it elsewhere.
+    closed_by_budget: bool,
     /// The deployment to wait for, if one refused for now.
     wait: Option<Box<WaitTarget>>,
 }
@@ -244,7 +247,10 @@ impl Governor {
                     }
                 }
             }
-            if !may_leave {
+            // Past its thresholds a profile refuses, or degrades to the
+            // cheaper one alone: its fallbacks would spend the budget anyway,
+            // on dearer models as likely as not.
+            if !may_leave || refusal.closed_by_budget {
                 break;
             }
         }
@@ -265,21 +271,29 @@ impl Governor {
         let mut ranked: Vec<(f64, usize)> = Vec::with_capacity(link.deployments.len());
         for (i, (_, route)) in link.deployments.iter().enumerate() {
             // An open breaker is skipped, but still answers if all are open.
-            let room =
-                self.ledger().headroom(*route, now).map_err(|error| Refusal { error, degrade: false, wait: None })?;
+            let room = self.ledger().headroom(*route, now).map_err(|error| Refusal {
+                error,
+                degrade: false,
+                closed_by_budget: false,
+                wait: None,
+            })?;
             ranked.push((room.unwrap_or(-1.0), i));
         }
         ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
         let mut refusal: Option<Error> = None;
-        let (mut degrade, mut wait) = (false, None);
+        let (mut degrade, mut held_by_budget, mut wait) = (false, 0, None);
         for (_, i) in ranked {
             let (deployment, route) = &link.deployments[i];
             let outcome = match self.budget_verdict(link, *route, may_leave, None, now) {
                 Ok(Verdict::Degrade(error)) => {
-                    degrade = true;
+                    (degrade, held_by_budget) = (true, held_by_budget + 1);
                     Err(error)
                 }
-                Ok(Verdict::Refuse(error)) | Err(error) => Err(error),
+                Ok(Verdict::Refuse(error)) => {
+                    held_by_budget += 1;
+                    Err(error)
+                }
+                Err(error) => Err(error),
                 Ok(Verdict::Go) => {
                     let on_route = Request { route: *route, ..*request };
                     let outcome = self.try_acquire_quietly(&on_route);
@@ -320,7 +334,8 @@ impl Governor {
                 Err(_) => {}
             }
         }
-        Err(Refusal { error: refusal.expect("a profile has at least one deployment"), degrade, wait })
+        let closed_by_budget = held_by_budget == link.deployments.len();
+        Err(Refusal { error: refusal.expect("a profile has at least one deployment"), degrade, closed_by_budget, wait })
     }
 
     /// What the profile's budget thresholds say of a deployment's route,
