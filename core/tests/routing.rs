@@ -123,6 +123,31 @@ fn profile_config_errors_name_the_field() {
     assert!(matches!(gov.profile("nope", &[] as &[&str]), Err(Error::InvalidRequest { field: "profile", .. })));
 }
 
+#[test]
+fn a_deployment_must_be_a_configured_scope_or_a_templates_match() {
+    let load = |deployment: &str| {
+        let requests = json!([{"dimension": "requests", "amount": 10, "window": "1m"}]);
+        let config = json!({
+            "scopes": {"openai/org": {"limits": requests}, "openai/org/gpt-4o": {"limits": requests},
+                       "azure/*": {"limits": requests}},
+            "profiles": {"main": {"deployments": ["openai/org/gpt-4o", deployment]}},
+        });
+        Config::from_value(config).unwrap().validate()
+    };
+    // A typo in the model's segment passed, routed with only the org's limits.
+    match load("openai/org/gpt-4o-typo") {
+        Err(Error::InvalidConfig { field, value, reason }) => {
+            assert_eq!((field.as_str(), value.as_str()), ("profiles.main.deployments[1]", "openai/org/gpt-4o-typo"));
+            assert!(reason.contains("`openai/org`"), "{reason}");
+        }
+        other => panic!("expected a config error, got {other:?}"),
+    }
+    // One no scope covers at all failed only at `Governor::profile`.
+    assert!(matches!(load("opneai/org/gpt-4o"), Err(Error::InvalidConfig { .. })));
+    assert!(load("azure/eastus").is_ok(), "a template's match is a scope");
+    assert!(matches!(load("azure/eastus/gpt-4o"), Err(Error::InvalidConfig { .. })), "deeper than the template");
+}
+
 /// A chain where each profile falls back to the next and degrades to the
 /// one after has Fibonacci(n) paths: checking it for cycles walks each
 /// profile once, not each path (60 profiles took centuries before).

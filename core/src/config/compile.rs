@@ -53,7 +53,7 @@ pub(crate) fn compile(config: &Config) -> Result<Compiled> {
         output.validate()?;
     }
     let adaptive = config.adaptive.clone().unwrap_or_default().compile()?;
-    super::profiles::validate(&config.profiles)?;
+    super::profiles::validate(&config.profiles, &config.scopes)?;
     let prices: BTreeMap<&str, Arc<Price>> = config
         .pricing
         .iter()

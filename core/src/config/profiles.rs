@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::ScopeConfig;
 use crate::{Error, Result};
 
 /// A model profile: deployments (provider scopes, perhaps in different
@@ -56,12 +57,20 @@ pub struct BudgetThresholds {
     pub refuse_at: Option<f64>,
 }
 
-/// Checks every profile: deployments given, fallbacks known, no cycles.
-pub(crate) fn validate(profiles: &BTreeMap<String, ProfileConfig>) -> Result<()> {
+/// Checks every profile: deployments given, each a configured scope or a
+/// template's match, fallbacks known, no cycles.
+pub(crate) fn validate(
+    profiles: &BTreeMap<String, ProfileConfig>,
+    scopes: &BTreeMap<String, ScopeConfig>,
+) -> Result<()> {
     for (name, profile) in profiles {
         let field = |f: &str| format!("profiles.{name}.{f}");
         if profile.deployments.is_empty() {
             return Err(Error::config(field("deployments"), "[]", "a profile needs at least one deployment"));
+        }
+        for (i, deployment) in profile.deployments.iter().enumerate() {
+            check_deployment(deployment, scopes)
+                .map_err(|reason| Error::config(field(&format!("deployments[{i}]")), deployment, reason))?;
         }
         if let Some(fallback) = &profile.fallback {
             if !profiles.contains_key(fallback) {
@@ -77,6 +86,30 @@ pub(crate) fn validate(profiles: &BTreeMap<String, ProfileConfig>) -> Result<()>
         check_acyclic(name, profiles, &|f: &str| format!("profiles.{name}.{f}"))?;
     }
     Ok(())
+}
+
+/// A deployment is the scope of its own limits: a path that only passes
+/// through configured scopes (a typo in its model's segment, say) would be
+/// routed with the model's limits skipped.
+fn check_deployment(deployment: &str, scopes: &BTreeMap<String, ScopeConfig>) -> std::result::Result<(), String> {
+    let segments: Vec<&str> = deployment.split('/').collect();
+    let matches = |template: &str| {
+        let pattern: Vec<&str> = template.split('/').collect();
+        pattern.len() == segments.len() && pattern.iter().zip(&segments).all(|(p, s)| p == s || *p == "*")
+    };
+    if scopes.contains_key(deployment) || scopes.keys().any(|path| path.contains('*') && matches(path)) {
+        return Ok(());
+    }
+    let nearest = scopes.keys().rfind(|path| deployment.starts_with(&format!("{path}/")));
+    Err(match nearest {
+        Some(parent) => format!(
+            "no scope is configured at this path, only above it at `{parent}`: the deployment's own limits \
+             would be skipped; configure `scopes.\"{deployment}\"`, or name a configured scope"
+        ),
+        None => {
+            "no scope or template is configured at this path; a deployment names the scope of its limits".to_owned()
+        }
+    })
 }
 
 fn validate_budget(
