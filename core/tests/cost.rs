@@ -223,6 +223,33 @@ fn past_its_thresholds_a_profile_does_not_fall_back_to_spend_the_budget() {
 }
 
 #[test]
+fn the_global_safety_margin_leaves_budgets_whole() {
+    // A budget of 25 is 25 under a global margin of 0.9 (slack against a
+    // provider's counting), not 22.5; a scope's own margin still scales it.
+    let budget = |scope_margin: Option<f64>| {
+        let mut tenants = json!({"limits": [
+            {"dimension": "cost", "budget": 25.0, "window": "1d", "algorithm": "token_bucket"},
+            {"dimension": "tokens", "amount": 100_000_000, "window": "1d"},
+        ]});
+        if let Some(margin) = scope_margin {
+            tenants["safety_margin"] = json!(margin);
+        }
+        let gov = governor(json!({
+            "safety_margin": 0.9,
+            "pricing": pricing(),
+            "scopes": {"openai/gpt-4o": {"pricing": "gpt-4o", "limits": [{"dimension": "requests", "amount": 100, "window": "1m"}]},
+                       "teams/*": tenants},
+        }));
+        let route = gov.route(&["teams/a", "openai/gpt-4o"]).unwrap();
+        gov.try_acquire(&Request::new(route)).unwrap();
+        let snapshot = gov.scope_snapshot(gov.scope_id("teams/a").unwrap()).unwrap();
+        (snapshot.limit(Dimension::Cost).unwrap().amount, snapshot.limit(Dimension::Tokens).unwrap().amount)
+    };
+    assert_eq!(budget(None), (25_000_000, 90_000_000), "the budget whole, the token limit at 90%");
+    assert_eq!(budget(Some(0.8)), (20_000_000, 80_000_000));
+}
+
+#[test]
 fn budget_config_errors_name_the_field_and_value() {
     let bad = |limit: Value, extra: Value| {
         let mut config = json!({"pricing": pricing(), "scopes": {"t": {"limits": [limit]}}});

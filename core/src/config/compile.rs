@@ -63,7 +63,11 @@ pub(crate) fn compile(config: &Config) -> Result<Compiled> {
     for (path, scope) in &config.scopes {
         let field = format!("scopes.{path}");
         let segments = template_segments(&field, path)?;
-        let scope_margin = margin(scope.safety_margin, &format!("{field}.safety_margin"))?.unwrap_or(global_margin);
+        let own_margin = margin(scope.safety_margin, &format!("{field}.safety_margin"))?;
+        let scope_margin = own_margin.unwrap_or(global_margin);
+        // The global margin is slack against a provider's own counting; a
+        // budget is the user's money, spent in full unless its scope says.
+        let budget_margin = own_margin.unwrap_or(1.0);
         // A scope with no limit only prices its routes (as the Redis
         // backend's local half prices by a scope shared through Redis).
         if scope.limits.is_empty() && scope.pricing.is_none() {
@@ -75,7 +79,10 @@ pub(crate) fn compile(config: &Config) -> Result<Compiled> {
             .limits
             .iter()
             .enumerate()
-            .map(|(i, limit)| compile_limit(&format!("{field}.limits[{i}]"), limit, scope_margin, provider))
+            .map(|(i, limit)| {
+                let margin = if limit.dimension == Dimension::Cost { budget_margin } else { scope_margin };
+                compile_limit(&format!("{field}.limits[{i}]"), limit, margin, provider)
+            })
             .collect::<Result<_>>()?;
         let price = match &scope.pricing {
             None => None,

@@ -43,7 +43,8 @@ use unique::unique_keys;
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Fraction of every limit the governor uses, in (0, 1]; a scope's own
-    /// margin overrides it. Default 1.
+    /// margin overrides it. Default 1. Cost budgets are used in full: only
+    /// their scope's own margin scales them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub safety_margin: Option<f64>,
     /// How long a permit may stay unsettled before it expires, charged as
@@ -85,7 +86,8 @@ pub struct Config {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScopeConfig {
-    /// This scope's safety margin, overriding the global one.
+    /// This scope's safety margin, overriding the global one (and the only
+    /// one that scales its cost budgets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub safety_margin: Option<f64>,
     /// The limits; every one applies. None only with a `pricing`: the
