@@ -250,6 +250,33 @@ fn the_global_safety_margin_leaves_budgets_whole() {
 }
 
 #[test]
+fn a_budget_reserving_the_expected_output_reserves_it_for_a_request_stating_no_max_tokens() {
+    // 1000 input (0.0025) each and no max_tokens. `reserve_output =
+    // "expected"` on a budget alone reserved nothing for output (the
+    // governor learned and filled in expected outputs only for token
+    // limits): 400 were admitted on a budget of 1.0, and 4000 output each
+    // (0.04) then spent it 17 times over. The default 1024 is reserved.
+    let gov = governor(json!({
+        "pricing": pricing(),
+        "scopes": {
+            "openai/gpt-4o": {"pricing": "gpt-4o", "limits": [{"dimension": "requests", "amount": 500, "window": "1m"}]},
+            "teams/*": {"limits": [{"dimension": "cost", "budget": 1.0, "window": "1d", "reserve_output": "expected"}]},
+        },
+    }));
+    let route = gov.route(&["teams/a", "openai/gpt-4o"]).unwrap();
+    let mut admitted = Vec::new();
+    while let Ok(permit) = gov.try_acquire(&Request::new(route).input_tokens(1000)) {
+        admitted.push(permit);
+    }
+    assert_eq!(admitted.len(), 78, "1.0 ÷ (0.0025 + 1024 × 0.00001)");
+    for mut permit in admitted {
+        gov.settle(&mut permit, Usage::new(1000, 4000)).unwrap();
+    }
+    let (available, _) = cost_limit(&gov, "teams/a");
+    assert!(available > -4_000_000, "overspent by more than the overages in flight: {available}");
+}
+
+#[test]
 fn budget_config_errors_name_the_field_and_value() {
     let bad = |limit: Value, extra: Value| {
         let mut config = json!({"pricing": pricing(), "scopes": {"t": {"limits": [limit]}}});

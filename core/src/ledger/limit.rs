@@ -153,7 +153,10 @@ impl Limit {
     /// For limits that count output, what they reserve for it.
     pub fn reserves_output(&self) -> Option<&'static str> {
         match self.cost_kind {
-            CostKind::ExpectedOutput | CostKind::ExpectedTokens | CostKind::UncachedExpectedTokens => Some("expected"),
+            CostKind::ExpectedOutput
+            | CostKind::ExpectedTokens
+            | CostKind::UncachedExpectedTokens
+            | CostKind::ExpectedCost => Some("expected"),
             kind if kind.counts_output() => Some("max_tokens"),
             _ => None,
         }
