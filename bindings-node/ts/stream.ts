@@ -20,7 +20,7 @@ class StreamUsage {
     if (event === null || typeof event !== 'object') return;
     if (event.usage && typeof event.usage === 'object') {
       // OpenAI: the last chunk (stream_options.include_usage); Anthropic: message_delta.
-      this.reported = event.type === 'message_delta' ? { ...this.anthropicStart, ...event.usage } : event.usage;
+      this.reported = event.type === 'message_delta' ? merged(this.anthropicStart, event.usage) : event.usage;
     }
     if (event.type === 'message_start' && event.message?.usage) {
       this.anthropicStart = event.message.usage;
@@ -39,6 +39,17 @@ class StreamUsage {
     if (r && (r.completion_tokens !== undefined || r.output_tokens !== undefined)) return r as AnyUsage;
     return { inputTokens, outputTokens: this.text ? estimateTokens(this.text) : 0 };
   }
+}
+
+/**
+ * `base` updated with the fields of `update` that are not `null`: the SDKs
+ * type message_delta's input and cache counts as `number | null`, and a
+ * `null` there means "not reported here", not "none".
+ */
+function merged(base: Record<string, any> | null, update: Record<string, any>): Record<string, any> {
+  const result = { ...base };
+  for (const [key, value] of Object.entries(update)) if (value !== null && value !== undefined) result[key] = value;
+  return result;
 }
 
 /** Splits server-sent events into their `data:` payloads as bytes arrive. */

@@ -1,0 +1,52 @@
+// governedFetch against a fake provider (a fetch function answering what
+// the test gives), on a governor with the manual clock: what each kind of
+// answer reserves and settles, the same as the Python transport.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+
+import llmgov from '../dist/index.js';
+
+const { Governor, RetryPolicy, countTokens, governedFetch } = llmgov;
+
+const CONFIG = {
+  scopes: {
+    api: {
+      limits: [
+        { dimension: 'input_tokens', amount: 1000000, window: '1m' },
+        { dimension: 'output_tokens', amount: 1000000, window: '1m' },
+      ],
+    },
+  },
+};
+const gov = () => Governor.fromJson(CONFIG, { clock: 'manual' });
+const limit = (g, dimension) => g.snapshot().scopes[0].limits.find((l) => l.dimension === dimension);
+const inUse = (g) => ({ input: limit(g, 'input_tokens').inUse, output: limit(g, 'output_tokens').inUse });
+
+const OPENAI = 'https://api.openai.com/v1/chat/completions';
+const ANTHROPIC = 'https://api.anthropic.com/v1/messages';
+const RESPONSES = 'https://api.openai.com/v1/responses';
+const messages = [{ role: 'user', content: 'Name three rate-limit algorithms.' }];
+const post = (body) => ({ method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+/** A governed fetch over `fetchImpl`, no retries unless asked. */
+const governed = (g, fetchImpl, extra = {}) => governedFetch(g, fetchImpl, { paths: ['api'], retry: false, ...extra });
+
+/** A fetch answering `body` with `init` every time. */
+const answering = (body, init = {}) => async () => new Response(body, { status: 200, ...init });
+const sse = (events) => events.map((e) => `data: ${typeof e === 'string' ? e : JSON.stringify(e)}\n\n`).join('');
+const streaming = (events) => answering(sse(events), { headers: { 'content-type': 'text/event-stream' } });
+
+test('an Anthropic stream settles with message_start input and message_delta output; the nulls of message_delta erase neither', async () => {
+  const g = gov();
+  const events = [
+    { type: 'message_start', message: { usage: { input_tokens: 10, cache_read_input_tokens: 5, output_tokens: 1 } } },
+    { type: 'content_block_delta', delta: { type: 'text_delta', text: 'Token bucket, GCRA, sliding window.' } },
+    { type: 'message_delta', usage: { input_tokens: null, output_tokens: 300, cache_read_input_tokens: null, cache_creation_input_tokens: null } },
+    { type: 'message_stop' },
+  ];
+  const body = { model: 'claude-sonnet', max_tokens: 4000, stream: true, messages };
+  const response = await governed(g, streaming(events))(ANTHROPIC, post(body));
+  assert.equal(await response.text(), sse(events));
+  assert.deepEqual(inUse(g), { input: 15, output: 300 });
+  assert.equal(g.livePermits(), 0);
+});
