@@ -50,3 +50,31 @@ test('an Anthropic stream settles with message_start input and message_delta out
   assert.deepEqual(inUse(g), { input: 15, output: 300 });
   assert.equal(g.livePermits(), 0);
 });
+
+test('a binary answer reaches the caller byte for byte, its content-length still true', async () => {
+  const g = gov();
+  const bytes = new Uint8Array([0xff, 0xfe, 0x00, 0x80, 0xc3, 0x28, 0x7b, 0x0a, 0xe2, 0x82]);
+  const headers = { 'content-type': 'application/octet-stream', 'content-length': String(bytes.length) };
+  const response = await governed(g, answering(bytes, { headers }))('https://api.openai.com/v1/audio/speech', post({ model: 'tts-1', input: 'hi' }));
+  const received = new Uint8Array(await response.arrayBuffer());
+  assert.deepEqual(received, bytes);
+  assert.equal(response.headers.get('content-length'), String(received.length));
+  assert.equal(g.livePermits(), 0);
+
+  // fetch decoded a gzipped body: the headers say so, not the wire's.
+  const gzipped = { ...headers, 'content-encoding': 'gzip', 'content-length': '4' };
+  const decoded = await governed(g, answering(bytes, { headers: gzipped }))('https://api.openai.com/v1/audio/speech', post({ model: 'tts-1', input: 'hi' }));
+  assert.deepEqual(new Uint8Array(await decoded.arrayBuffer()), bytes);
+  assert.equal(decoded.headers.get('content-length'), String(bytes.length));
+  assert.equal(decoded.headers.get('content-encoding'), null);
+});
+
+test('a JSON answer still settles from its usage, with or without a JSON content-type', async () => {
+  for (const headers of [{ 'content-type': 'application/json; charset=utf-8' }, {}]) {
+    const g = gov();
+    const answer = JSON.stringify({ choices: [], usage: { prompt_tokens: 7, completion_tokens: 3 } });
+    const response = await governed(g, answering(answer, { headers }))(OPENAI, post({ model: 'gpt-4o', messages, max_tokens: 50 }));
+    assert.equal(await response.text(), answer);
+    assert.deepEqual(inUse(g), { input: 7, output: 3 });
+  }
+});

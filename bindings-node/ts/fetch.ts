@@ -100,9 +100,18 @@ function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
 
 const isStream = (response: Response) => (response.headers.get('content-type') ?? '').includes('text/event-stream');
 
-/** The response again, from a body already read. */
-function rebuilt(original: Response, body: ConstructorParameters<typeof Response>[0]): Response {
-  const response = new Response(body, { status: original.status, statusText: original.statusText, headers: original.headers });
+/**
+ * The response again, from a body already read. fetch has decoded that
+ * body, so the content-encoding is dropped and a content-length made the
+ * decoded length (unknown for a stream): a reader trusting them would
+ * decode twice or cut it short.
+ */
+function rebuilt(original: Response, body: string | Uint8Array | ReadableStream<Uint8Array>): Response {
+  const headers = new Headers(original.headers);
+  headers.delete('content-encoding');
+  if (body instanceof ReadableStream) headers.delete('content-length');
+  else if (headers.has('content-length')) headers.set('content-length', String(typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength));
+  const response = new Response(body, { status: original.status, statusText: original.statusText, headers });
   Object.defineProperty(response, 'url', { value: original.url });
   return response;
 }
@@ -217,10 +226,11 @@ async function answered(
       handedOver = true;
       return rebuilt(response, metered);
     }
-    const text = await response.text();
-    settleFromProvider(permit, usageOf(text) ?? { inputTokens, outputTokens: 0 });
+    // Bytes, not text: audio, images and files would not survive a UTF-8 round trip.
+    const bytes = new Uint8Array(await response.arrayBuffer());
+    settleFromProvider(permit, usageOf(response, bytes) ?? { inputTokens, outputTokens: 0 });
     onAttempt({ status: response.status, next: 'done' });
-    return rebuilt(response, text);
+    return rebuilt(response, bytes);
   } finally {
     if (!handedOver) settleAsEstimated(permit);
   }
@@ -259,14 +269,25 @@ async function admit(
   return gov.tryAcquire(request);
 }
 
-/** The `usage` of a JSON answer, if it has one. */
-function usageOf(text: string): AnyUsage | undefined {
+/**
+ * The `usage` of a JSON answer, if it has one. The bytes are decoded only
+ * when they may be a JSON object (a JSON content-type, or a `{` first), not
+ * for every file an answer carries.
+ */
+function usageOf(response: Response, bytes: Uint8Array): AnyUsage | undefined {
+  const json = (response.headers.get('content-type') ?? '').includes('json');
+  if (!json && firstNonSpace(bytes) !== 0x7b) return undefined;
   try {
-    const usage = JSON.parse(text)?.usage;
+    const usage = JSON.parse(new TextDecoder().decode(bytes))?.usage;
     return usage && typeof usage === 'object' ? usage : undefined;
   } catch {
     return undefined;
   }
+}
+
+function firstNonSpace(bytes: Uint8Array): number | undefined {
+  for (const byte of bytes) if (byte !== 0x20 && byte !== 0x09 && byte !== 0x0a && byte !== 0x0d) return byte;
+  return undefined;
 }
 
 /**
