@@ -78,3 +78,71 @@ test('a JSON answer still settles from its usage, with or without a JSON content
     assert.deepEqual(inUse(g), { input: 7, output: 3 });
   }
 });
+
+/** A fetch that records what each attempt reserved and sent, and answers `answers` in turn (the last one again). */
+function recording(g, answers) {
+  const sent = [];
+  const fetchImpl = async (input, init) => {
+    const body = input instanceof Request ? await input.text() : init?.body === undefined ? '' : await new Response(init.body).text();
+    sent.push({ body, reserved: { input: limit(g, 'input_tokens').reserved, output: limit(g, 'output_tokens').reserved } });
+    const answer = answers[Math.min(sent.length - 1, answers.length - 1)];
+    return new Response(answer.body ?? '{}', { status: answer.status ?? 200, headers: answer.headers ?? { 'content-type': 'application/json' } });
+  };
+  return { sent, fetchImpl };
+}
+
+test('a Request, or a body given as bytes, a Blob or a stream, is estimated as the same JSON given as a string', async () => {
+  const json = JSON.stringify({ model: 'gpt-4o', messages, max_tokens: 50 });
+  const first = gov();
+  const asString = recording(first, [{}]);
+  await governed(first, asString.fetchImpl)(OPENAI, { method: 'POST', body: json });
+  const expected = asString.sent[0].reserved;
+  assert.ok(expected.input > 0);
+  assert.equal(expected.output, 50);
+  const bodies = {
+    request: () => [new Request(OPENAI, { method: 'POST', body: json })],
+    bytes: () => [OPENAI, { method: 'POST', body: new TextEncoder().encode(json) }],
+    blob: () => [OPENAI, { method: 'POST', body: new Blob([json]) }],
+    stream: () => [OPENAI, { method: 'POST', body: new Response(json).body, duplex: 'half' }],
+  };
+  for (const [kind, args] of Object.entries(bodies)) {
+    const g = gov();
+    const { sent, fetchImpl } = recording(g, [{}]);
+    await governed(g, fetchImpl)(...args());
+    assert.deepEqual(sent[0].reserved, expected, kind);
+    assert.equal(sent[0].body, json, kind);
+    assert.equal(g.livePermits(), 0, kind);
+  }
+});
+
+test('a body that is not a JSON object is estimated from its text, with no output reserved, as in Python', async () => {
+  for (const text of ['Summarise the rate-limit algorithms of the world, please.', '[1, 2, 3]']) {
+    const g = gov();
+    const { sent, fetchImpl } = recording(g, [{}]);
+    await governed(g, fetchImpl)('https://api.example.com/v1/generate', { method: 'POST', body: text });
+    assert.deepEqual(sent[0].reserved, { input: llmgov.estimateTokens(text), output: 0 }, text);
+  }
+});
+
+test('includeUsage reaches a streamed OpenAI request given as a Request', async () => {
+  const g = gov();
+  const { sent, fetchImpl } = recording(g, [{ body: sse(['[DONE]']), headers: { 'content-type': 'text/event-stream' } }]);
+  const request = new Request(OPENAI, { method: 'POST', body: JSON.stringify({ model: 'gpt-4o', messages, stream: true }) });
+  await (await governed(g, fetchImpl, { includeUsage: true })(request)).text();
+  assert.deepEqual(JSON.parse(sent[0].body).stream_options, { include_usage: true });
+});
+
+test('a Request refused with a 429 is sent again whole, not thrown as "Body is unusable"', async () => {
+  const g = gov();
+  const json = JSON.stringify({ model: 'gpt-4o', messages, max_tokens: 50 });
+  const { sent, fetchImpl } = recording(g, [
+    { status: 429, body: '{"error":{"code":"rate_limit_exceeded"}}' },
+    { body: JSON.stringify({ usage: { prompt_tokens: 7, completion_tokens: 3 } }) },
+  ]);
+  const retry = new RetryPolicy({ baseDelayMs: 0, maxDelayMs: 0 });
+  const response = await governed(g, fetchImpl, { retry })(new Request(OPENAI, { method: 'POST', body: json }));
+  assert.equal(response.status, 200);
+  assert.deepEqual(sent.map((s) => s.body), [json, json]);
+  assert.equal(sent[1].reserved.output, 50);
+  assert.equal(g.livePermits(), 0);
+});

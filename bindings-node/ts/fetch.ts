@@ -134,29 +134,21 @@ export function governedFetch(gov: Governor, fetchImpl: Fetch, options: Governed
   const routeFor = typeof options.paths === 'function' ? options.paths : (() => options.paths) as () => readonly string[];
 
   return async function governed(input: any, init?: any): Promise<Response> {
-    const request = input instanceof Request ? input : undefined;
-    const url = new URL(request ? request.url : String(input));
-    const headers = new Headers(init?.headers ?? request?.headers);
-    const signal: AbortSignal | undefined = init?.signal ?? request?.signal ?? undefined;
-    let bodyText: string | undefined = typeof init?.body === 'string' ? init.body : undefined;
-    let body: Record<string, any> | undefined;
-    if (bodyText !== undefined) {
-      try {
-        body = JSON.parse(bodyText);
-      } catch {
-        body = undefined;
-      }
-    }
+    const outgoing = await readOutgoing(input, init);
+    const { url, headers, signal } = outgoing;
+    let bodyText = outgoing.text;
+    const body = bodyText === undefined ? undefined : jsonObject(bodyText);
     const api = apiOf(url);
     const view: GovernedRequest = { url, api, body, headers };
     if (options.includeUsage && api === 'openai' && body?.stream === true && body.stream_options?.include_usage !== true) {
       body.stream_options = { ...body.stream_options, include_usage: true };
       bodyText = JSON.stringify(body);
-      init = { ...init, body: bodyText };
     }
-    const estimate = body !== undefined && bodyText !== undefined
-      ? native.nativeEstimateRequest(bodyText, api, counting)
-      : { inputTokens: 0, maxOutputTokens: undefined };
+    const rewritten = bodyText === outgoing.text ? undefined : bodyText;
+    // Not a JSON object (or no body): its text's estimate and no output, as Python's transport reserves.
+    const estimate = body !== undefined
+      ? native.nativeEstimateRequest(bodyText!, api, counting)
+      : { inputTokens: bodyText ? native.estimateTokens(bodyText) : 0, maxOutputTokens: 0 };
     const route = gov.route(routeFor(view));
     const klass = typeof options.klass === 'function' ? options.klass(view) : options.klass;
     const admission = {
@@ -173,7 +165,7 @@ export function governedFetch(gov: Governor, fetchImpl: Fetch, options: Governed
       if (attempt === 0) policy?.recordRequest();
       let response: Response;
       try {
-        response = await fetchImpl(input, init);
+        response = await fetchImpl(...outgoing.attempt(rewritten));
       } catch (error) {
         if (signal?.aborted) {
           // The caller gave up: whatever was sent, nothing more will be read.
@@ -255,6 +247,73 @@ async function refused(permit: Permit, response: Response, inputTokens: number):
     }
   }
   return text;
+}
+
+/** A request read once: to estimate it, and to send it again on each attempt. */
+interface Outgoing {
+  url: URL;
+  headers: Headers;
+  signal: AbortSignal | undefined;
+  /** The body as text (invalid UTF-8 replaced), `undefined` without one. */
+  text: string | undefined;
+  /** The fetch arguments of one attempt, with `body` in place of the original when given. */
+  attempt(body: string | undefined): [any, any];
+}
+
+/** Bodies fetch can send any number of times; streams (a Request's too) it reads once. */
+const resendable = (body: unknown): boolean =>
+  typeof body === 'string' || body instanceof ArrayBuffer || ArrayBuffer.isView(body) || body instanceof Blob
+  || body instanceof URLSearchParams || body instanceof FormData;
+
+/**
+ * Reads the body of `fetch(input, init)` before the first attempt: a
+ * Request's body, or a stream, can be read only once, and the estimate
+ * needs it as much as every retry does. Each attempt then gets a fresh
+ * Request over the bytes read.
+ */
+async function readOutgoing(input: any, init: any): Promise<Outgoing> {
+  const request = input instanceof Request ? input : undefined;
+  const url = new URL(request ? request.url : String(input));
+  const headers = new Headers(init?.headers ?? request?.headers);
+  const signal: AbortSignal | undefined = init?.signal ?? request?.signal ?? undefined;
+  // As fetch does: init's body, when given, replaces the Request's.
+  const given = init?.body ?? undefined;
+  let text: string | undefined;
+  let body: unknown = given;
+  if (typeof given === 'string') {
+    text = given;
+  } else if (given !== undefined) {
+    const bytes = new Uint8Array(await new Response(given).arrayBuffer());
+    text = new TextDecoder().decode(bytes);
+    if (!resendable(given)) body = bytes;
+  } else if (request?.body) {
+    body = new Uint8Array(await request.arrayBuffer());
+    text = new TextDecoder().decode(body as Uint8Array);
+  }
+  const attempt = (rewritten: string | undefined): [any, any] => {
+    const send = rewritten ?? body;
+    // A rewritten body (include_usage) has another length than the one given.
+    const sendInit = rewritten === undefined ? { ...init, body: send } : { ...init, body: send, headers: withoutLength(headers) };
+    if (request) return send === undefined ? [request, init] : [new Request(request, sendInit), undefined];
+    return [input, send === undefined ? init : sendInit];
+  };
+  return { url, headers, signal, text, attempt };
+}
+
+function withoutLength(headers: Headers): Headers {
+  const copy = new Headers(headers);
+  copy.delete('content-length');
+  return copy;
+}
+
+/** `text` parsed when it is a JSON object; anything else is estimated as text. */
+function jsonObject(text: string): Record<string, any> | undefined {
+  try {
+    const value = JSON.parse(text);
+    return value !== null && typeof value === 'object' && !Array.isArray(value) ? value : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** Reserves: waits for capacity, or answers at once with `wait: false`. */
