@@ -179,7 +179,7 @@ test('governedFetch: an odd provider answer never fails a served call nor leaves
   await assert.rejects(call(streaming(sse), { onAttempt }), /logger bug/);
   assert.equal(g.livePermits(), 0);
 
-  // A stream whose usage chunk is malformed: read to the end, settled as estimated.
+  // A stream whose usage chunk is malformed: read to the end, settled with the output it carried.
   const badUsage = 'data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: {"choices":[],"usage":{"prompt_tokens":"x","completion_tokens":2}}\n\ndata: [DONE]\n\n';
   const streamed = await call(streaming(badUsage));
   assert.equal(await streamed.text(), badUsage);

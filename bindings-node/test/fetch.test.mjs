@@ -146,3 +146,50 @@ test('a Request refused with a 429 is sent again whole, not thrown as "Body is u
   assert.equal(sent[1].reserved.output, 50);
   assert.equal(g.livePermits(), 0);
 });
+
+const LONG_TEXT = 'Token buckets refill at a steady rate; sliding windows count what the last minute used. '.repeat(40);
+const deltas = (kind, text) => text.match(/.{1,40}/gs).map((piece) => kind(piece));
+
+test('an Anthropic stream cut before message_delta settles the output it carried, not the 1 of message_start', async () => {
+  const g = gov();
+  const events = [
+    { type: 'message_start', message: { usage: { input_tokens: 10, output_tokens: 1 } } },
+    ...deltas((text) => ({ type: 'content_block_delta', delta: { type: 'text_delta', text } }), LONG_TEXT),
+  ];
+  const body = { model: 'claude-sonnet', max_tokens: 4000, stream: true, messages };
+  await (await governed(g, streaming(events))(ANTHROPIC, post(body))).text();
+  const seen = countTokens(LONG_TEXT, 'claude-sonnet');
+  assert.ok(seen > 500);
+  assert.deepEqual(inUse(g), { input: 10, output: seen });
+  assert.equal(g.livePermits(), 0);
+});
+
+test('a Responses-API stream settles from response.completed, or from its text when cut', async () => {
+  const textEvents = deltas((delta) => ({ type: 'response.output_text.delta', delta }), LONG_TEXT);
+  const body = { model: 'gpt-4o', input: 'Name three rate-limit algorithms.', max_output_tokens: 4000, stream: true };
+  const usage = { input_tokens: 12, output_tokens: 345, input_tokens_details: { cached_tokens: 2 } };
+  const completed = { type: 'response.completed', response: { status: 'completed', usage } };
+
+  const g = gov();
+  const views = [];
+  await (await governed(g, streaming([...textEvents, completed]), { paths: (view) => (views.push(view.api), ['api']) })(RESPONSES, post(body))).text();
+  assert.deepEqual(views, ['responses']);
+  assert.deepEqual(inUse(g), { input: 12, output: 345 });
+
+  const cut = gov();
+  const { sent, fetchImpl } = recording(cut, [{ body: sse(textEvents), headers: { 'content-type': 'text/event-stream' } }]);
+  await (await governed(cut, fetchImpl)(RESPONSES, post(body))).text();
+  assert.deepEqual(inUse(cut), { input: sent[0].reserved.input, output: countTokens(LONG_TEXT, 'gpt-4o') });
+  assert.equal(cut.livePermits(), 0);
+});
+
+test('an OpenAI stream cut after its usage chunk settles the larger of the usage and the text it carried', async () => {
+  const g = gov();
+  const chunks = deltas((content) => ({ choices: [{ delta: { content } }] }), LONG_TEXT);
+  const events = [...chunks, { choices: [], usage: { prompt_tokens: 9, completion_tokens: 2 } }];
+  await (await governed(g, streaming(events))(OPENAI, post({ model: 'gpt-4o', messages, stream: true }))).text();
+  assert.deepEqual(inUse(g), { input: 9, output: countTokens(LONG_TEXT, 'gpt-4o') });
+  const finished = gov();
+  await (await governed(finished, streaming([...events, '[DONE]']))(OPENAI, post({ model: 'gpt-4o', messages, stream: true }))).text();
+  assert.deepEqual(inUse(finished), { input: 9, output: 2 }, "a finished stream: the provider's count stands");
+});

@@ -28,8 +28,8 @@ import { AnyUsage } from './usage';
 export interface GovernedRequest {
   /** The URL. */
   url: URL;
-  /** `openai`, `anthropic` or `other`, from the URL. */
-  api: 'openai' | 'anthropic' | 'other';
+  /** `openai` (Chat Completions), `responses` (OpenAI Responses), `anthropic` or `other`, from the URL. */
+  api: 'openai' | 'responses' | 'anthropic' | 'other';
   /** The parsed JSON body, or `undefined`. */
   body: Record<string, any> | undefined;
   /** The request's headers. */
@@ -79,6 +79,7 @@ type Fetch = (input: any, init?: any) => Promise<Response>;
 
 function apiOf(url: URL): GovernedRequest['api'] {
   if (url.pathname.endsWith('/messages')) return 'anthropic';
+  if (url.pathname.endsWith('/responses')) return 'responses';
   if (url.pathname.endsWith('/chat/completions') || url.pathname.endsWith('/completions')) return 'openai';
   return 'other';
 }
@@ -148,7 +149,7 @@ export function governedFetch(gov: Governor, fetchImpl: Fetch, options: Governed
     // Not a JSON object (or no body): its text's estimate and no output, as Python's transport reserves.
     const estimate = body !== undefined
       ? native.nativeEstimateRequest(bodyText!, api, counting)
-      : { inputTokens: bodyText ? native.estimateTokens(bodyText) : 0, maxOutputTokens: 0 };
+      : { inputTokens: bodyText ? native.estimateTokens(bodyText) : 0, maxOutputTokens: 0, model: undefined };
     const route = gov.route(routeFor(view));
     const klass = typeof options.klass === 'function' ? options.klass(view) : options.klass;
     const admission = {
@@ -180,7 +181,7 @@ export function governedFetch(gov: Governor, fetchImpl: Fetch, options: Governed
         await sleep(advice.delayMs ?? 0, signal);
         continue;
       }
-      if (response.ok) return answered(permit, response, estimate.inputTokens, (event) => options.onAttempt?.({ attempt, ...event }));
+      if (response.ok) return answered(permit, response, estimate, (event) => options.onAttempt?.({ attempt, ...event }));
       const text = await refused(permit, response, estimate.inputTokens);
       const advice = policy?.advise({ attempt, status: response.status, headers: response.headers, body: text, deadlineInMs: left() });
       const retry = advice?.advice === 'retry_after';
@@ -201,7 +202,7 @@ export function governedFetch(gov: Governor, fetchImpl: Fetch, options: Governed
 async function answered(
   permit: Permit,
   response: Response,
-  inputTokens: number,
+  estimate: { inputTokens: number; model?: string | null },
   onAttempt: (event: Omit<AttemptEvent, 'attempt'>) => void,
 ): Promise<Response> {
   let handedOver = false;
@@ -214,13 +215,14 @@ async function answered(
         await response.body.cancel().catch(() => undefined);
         throw error;
       }
-      const metered = meteredStream(response.body, inputTokens, (usage) => settleFromProvider(permit, usage));
+      const metered = meteredStream(response.body, estimate.inputTokens, estimate.model ?? undefined, (usage, seen) =>
+        settleFromProvider(permit, usage, () => ({ inputTokens: estimate.inputTokens, outputTokens: seen() })));
       handedOver = true;
       return rebuilt(response, metered);
     }
     // Bytes, not text: audio, images and files would not survive a UTF-8 round trip.
     const bytes = new Uint8Array(await response.arrayBuffer());
-    settleFromProvider(permit, usageOf(response, bytes) ?? { inputTokens, outputTokens: 0 });
+    settleFromProvider(permit, usageOf(response, bytes) ?? { inputTokens: estimate.inputTokens, outputTokens: 0 });
     onAttempt({ status: response.status, next: 'done' });
     return rebuilt(response, bytes);
   } finally {
@@ -353,15 +355,24 @@ function firstNonSpace(bytes: Uint8Array): number | undefined {
  * Settles with the provider's usage. An answer with a usage that is not one
  * (`{}`, a negative or string count: a provider's or a proxy's bug) is not
  * the caller's error: the answer has arrived and must reach them, so the
- * permit is settled as estimated instead.
+ * permit is settled with `otherwise` (a stream's: the output it carried)
+ * or as estimated instead.
  */
-function settleFromProvider(permit: Permit, usage: AnyUsage): void {
+function settleFromProvider(permit: Permit, usage: AnyUsage, otherwise?: () => AnyUsage): void {
   if (permit.state === 'pending') {
     try {
       permit.settle(usage);
       return;
     } catch (error) {
       if ((error as { code?: string }).code !== 'invalid_request') return ignoreExpired(error);
+    }
+    if (otherwise) {
+      try {
+        permit.settle(otherwise());
+        return;
+      } catch (error) {
+        if ((error as { code?: string }).code !== 'invalid_request') return ignoreExpired(error);
+      }
     }
   }
   settleAsEstimated(permit);

@@ -1,55 +1,96 @@
 /**
  * Streamed answers: passes a server-sent-event body through untouched while
  * reading the usage it reports (OpenAI's final `usage` chunk, Anthropic's
- * `message_start` and `message_delta`), and settles the permit once when the
- * stream ends, fails, or is cancelled by its reader.
+ * `message_start` and `message_delta`, the Responses API's
+ * `response.completed`), and settles the permit once when the stream ends,
+ * fails, or is cancelled by its reader. The reading is Python's
+ * `_wire.StreamUsage`, event for event, so that a stream settles the same
+ * in both.
  */
+import native from './native';
 import { AnyUsage } from './usage';
-import { estimateTokens } from './tokens';
+
+/** The `data: [DONE]` that ends an OpenAI chat stream. */
+const DONE = Symbol('[DONE]');
 
 /** Usage read from a stream so far. */
 class StreamUsage {
-  /** The provider's own usage, when it reported one. */
-  reported: Record<string, any> | null = null;
-  /** Anthropic reports input at the start and output at the end. */
-  anthropicStart: Record<string, any> | null = null;
-  /** Streamed text, to estimate the output when no usage comes. */
+  /** The provider's usage, its reports merged (Anthropic's come in two). */
+  usage: Record<string, any> | null = null;
+  /** Streamed text, to count the output when no usage (or too little) came. */
   text = '';
+  /** Whether the stream's end marker came (`[DONE]`, `message_stop`, `response.completed`). */
+  done = false;
 
-  read(event: any): void {
-    if (event === null || typeof event !== 'object') return;
-    if (event.usage && typeof event.usage === 'object') {
-      // OpenAI: the last chunk (stream_options.include_usage); Anthropic: message_delta.
-      this.reported = event.type === 'message_delta' ? merged(this.anthropicStart, event.usage) : event.usage;
+  constructor(readonly model: string | undefined) {}
+
+  read(event: unknown): void {
+    if (event === DONE) {
+      this.done = true;
+      return;
     }
-    if (event.type === 'message_start' && event.message?.usage) {
-      this.anthropicStart = event.message.usage;
-      this.reported = event.message.usage;
+    if (event === null || typeof event !== 'object' || Array.isArray(event)) return;
+    const e = event as Record<string, any>;
+    switch (e.type) {
+      case 'message_start':
+        return this.#merge(e.message?.usage);
+      case 'message_delta':
+        return this.#merge(e.usage);
+      case 'message_stop':
+        this.done = true;
+        return;
+      case 'content_block_delta':
+        if (typeof e.delta?.text === 'string') this.text += e.delta.text;
+        return;
+      case 'response.completed':
+      case 'response.incomplete':
+        this.#merge(e.response?.usage);
+        this.done = true;
+        return;
+      case 'response.output_text.delta':
+        if (typeof e.delta === 'string') this.text += e.delta;
+        return;
     }
-    for (const choice of Array.isArray(event.choices) ? event.choices : []) {
+    this.#merge(e.usage);
+    for (const choice of Array.isArray(e.choices) ? e.choices : []) {
       const content = choice?.delta?.content;
       if (typeof content === 'string') this.text += content;
     }
-    if (event.type === 'content_block_delta' && typeof event.delta?.text === 'string') this.text += event.delta.text;
   }
 
-  /** The usage to settle with: the reported one, or the streamed text's estimate. */
-  usage(inputTokens: number): AnyUsage {
-    const r = this.reported;
-    if (r && (r.completion_tokens !== undefined || r.output_tokens !== undefined)) return r as AnyUsage;
-    return { inputTokens, outputTokens: this.text ? estimateTokens(this.text) : 0 };
+  /**
+   * Only the fields that are not `null`: the SDKs type message_delta's
+   * input and cache counts as `number | null`, and a `null` there means
+   * "not reported here", not "none".
+   */
+  #merge(usage: unknown): void {
+    if (usage === null || typeof usage !== 'object' || Array.isArray(usage)) return;
+    const merged = { ...this.usage };
+    for (const [key, value] of Object.entries(usage)) if (value !== null && value !== undefined) merged[key] = value;
+    this.usage = merged;
   }
-}
 
-/**
- * `base` updated with the fields of `update` that are not `null`: the SDKs
- * type message_delta's input and cache counts as `number | null`, and a
- * `null` there means "not reported here", not "none".
- */
-function merged(base: Record<string, any> | null, update: Record<string, any>): Record<string, any> {
-  const result = { ...base };
-  for (const [key, value] of Object.entries(update)) if (value !== null && value !== undefined) result[key] = value;
-  return result;
+  /**
+   * The usage to settle with: the reported one, when the stream finished
+   * and it gives the output. Otherwise (cut short, or no output reported:
+   * message_start's `output_tokens: 1` is no count of a stream cut after a
+   * thousand tokens) the larger of the streamed text's tokens and the
+   * reported output, beside the reported input, or the estimate's.
+   */
+  settleWith(inputTokens: number): AnyUsage {
+    const usage = { ...this.usage };
+    const reported = usage.output_tokens ?? usage.completion_tokens;
+    if (Object.keys(usage).length > 0 && this.done && reported !== undefined) return usage as AnyUsage;
+    const output = Math.max(this.seen(), typeof reported === 'number' ? reported : 0);
+    if ('prompt_tokens' in usage) return { ...usage, completion_tokens: output } as AnyUsage;
+    if ('input_tokens' in usage) return { ...usage, output_tokens: output } as AnyUsage;
+    return { inputTokens, outputTokens: output };
+  }
+
+  /** Tokens of the text streamed so far (the BPE of the request's model, as Python counts). */
+  seen(): number {
+    return this.text ? native.countTokens(this.text, this.model) : 0;
+  }
 }
 
 /** Splits server-sent events into their `data:` payloads as bytes arrive. */
@@ -65,7 +106,11 @@ class EventReader {
       this.#buffer = this.#buffer.slice(newline + 1);
       if (!line.startsWith('data:')) continue;
       const data = line.slice(5).trim();
-      if (data === '' || data === '[DONE]') continue;
+      if (data === '') continue;
+      if (data === '[DONE]') {
+        yield DONE;
+        continue;
+      }
       try {
         yield JSON.parse(data);
       } catch {
@@ -77,21 +122,24 @@ class EventReader {
 
 /**
  * The body of `response`, read through unchanged, calling `settle` once
- * with the usage when it ends (or fails, or its reader cancels it).
+ * when it ends (or fails, or its reader cancels it) with the usage to
+ * settle and the output the stream carried (for a usage the governor
+ * refuses: Python then settles that output, the input as estimated).
  */
 export function meteredStream(
   body: ReadableStream<Uint8Array>,
   inputTokens: number,
-  settle: (usage: AnyUsage) => void,
+  model: string | undefined,
+  settle: (usage: AnyUsage, seen: () => number) => void,
 ): ReadableStream<Uint8Array> {
   const reader = body.getReader();
   const events = new EventReader();
-  const usage = new StreamUsage();
+  const usage = new StreamUsage(model);
   let settled = false;
   const finish = () => {
     if (settled) return;
     settled = true;
-    settle(usage.usage(inputTokens));
+    settle(usage.settleWith(inputTokens), () => usage.seen());
   };
   return new ReadableStream<Uint8Array>({
     async pull(controller) {
