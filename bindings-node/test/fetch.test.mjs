@@ -193,3 +193,13 @@ test('an OpenAI stream cut after its usage chunk settles the larger of the usage
   await (await governed(finished, streaming([...events, '[DONE]']))(OPENAI, post({ model: 'gpt-4o', messages, stream: true }))).text();
   assert.deepEqual(inUse(finished), { input: 9, output: 2 }, "a finished stream: the provider's count stands");
 });
+
+test('a 200 with no usage (not JSON, or JSON without one) settles as estimated, not refunding the output', async () => {
+  for (const answer of [{ body: 'plain text answer', headers: { 'content-type': 'text/plain' } }, { body: '{"choices":[]}' }]) {
+    const g = gov();
+    const { sent, fetchImpl } = recording(g, [answer]);
+    await (await governed(g, fetchImpl)(OPENAI, post({ model: 'gpt-4o', messages, max_tokens: 50 }))).text();
+    assert.deepEqual(inUse(g), sent[0].reserved, answer.body);
+    assert.equal(inUse(g).output, 50);
+  }
+});

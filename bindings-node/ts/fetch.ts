@@ -222,7 +222,10 @@ async function answered(
     }
     // Bytes, not text: audio, images and files would not survive a UTF-8 round trip.
     const bytes = new Uint8Array(await response.arrayBuffer());
-    settleFromProvider(permit, usageOf(response, bytes) ?? { inputTokens: estimate.inputTokens, outputTokens: 0 });
+    // No usage says nothing of the output: the provider did the work, so as estimated, as Python settles it.
+    const usage = usageOf(response, bytes);
+    if (usage) settleFromProvider(permit, usage);
+    else settleAsEstimated(permit);
     onAttempt({ status: response.status, next: 'done' });
     return rebuilt(response, bytes);
   } finally {
