@@ -25,10 +25,21 @@ export interface ResponseLike {
   status: number;
   headers: HeadersLike;
   clone(): { text(): Promise<string> };
+  /** Whether the body was read already (a fetch `Response` says). */
+  bodyUsed?: boolean;
+  body?: { locked: boolean } | null;
 }
 
 const isResponse = (x: unknown): x is ResponseLike =>
   typeof x === 'object' && x !== null && typeof (x as ResponseLike).clone === 'function' && 'status' in x;
+
+function isEventStream(headers: HeadersLike): boolean {
+  const flat = flattenHeaders(headers);
+  for (let i = 0; i < flat.length; i += 2) {
+    if (flat[i].toLowerCase() === 'content-type' && flat[i + 1].includes('text/event-stream')) return true;
+  }
+  return false;
+}
 
 /**
  * A granted reservation. Settle it with the actual usage, or cancel it if
@@ -121,7 +132,8 @@ export class Permit {
    * - `report(status, headers, body)`;
    * - `report(apiError)`: an openai-node or Anthropic SDK `APIError`;
    * - `report(response)`: a fetch `Response` (its body is read from a clone,
-   *   so a Promise is returned).
+   *   so a Promise is returned; a body already read, or a stream's, is not
+   *   read: the status and headers are reported alone).
    */
   report(status: number, headers?: HeadersLike | null, body?: BodyLike): Classification;
   report(error: APIErrorLike): Classification;
@@ -133,6 +145,12 @@ export class Permit {
   ): Classification | Promise<Classification> {
     if (typeof what === 'number') return this.#report(what, headers, body);
     if (isResponse(what)) {
+      // A body read already cannot be cloned, and a stream's clone would
+      // resolve only when the stream ends: the status and headers carry
+      // what a success says about limits.
+      if (what.bodyUsed || what.body?.locked || isEventStream(what.headers)) {
+        return new Promise((resolve) => resolve(this.#report(what.status, what.headers, '')));
+      }
       return what.clone().text().then((text) => this.#report(what.status, what.headers, text));
     }
     if (typeof what === 'object' && what !== null && 'status' in what) {
