@@ -203,3 +203,21 @@ test('a 200 with no usage (not JSON, or JSON without one) settles as estimated, 
     assert.equal(inUse(g).output, 50);
   }
 });
+
+test('each refused attempt (408, 409, 429, 5xx) is refunded; only the served one stays charged, as in Python', async () => {
+  const g = gov();
+  const refusals = [429, 500, 503, 408, 409].map((status) => ({ status, body: '{"error":{"message":"try again"}}' }));
+  const { sent, fetchImpl } = recording(g, [...refusals, { body: JSON.stringify({ usage: { prompt_tokens: 7, completion_tokens: 3 } }) }]);
+  const retry = new RetryPolicy({ maxRetries: 5, baseDelayMs: 0, maxDelayMs: 0 });
+  const response = await governed(g, fetchImpl, { retry })(OPENAI, post({ model: 'gpt-4o', messages, max_tokens: 50 }));
+  assert.equal(response.status, 200);
+  assert.equal(sent.length, 6);
+  assert.deepEqual(inUse(g), { input: 7, output: 3 });
+
+  // Given up on: handed to the caller, refunded all the same.
+  const last = gov();
+  const refused = await governed(last, recording(last, [{ status: 503 }]).fetchImpl)(OPENAI, post({ model: 'gpt-4o', messages }));
+  assert.equal(refused.status, 503);
+  assert.deepEqual(inUse(last), { input: 0, output: 0 });
+  assert.equal(last.livePermits(), 0);
+});

@@ -12,8 +12,9 @@
  * capacity, or failing at once with `wait: false`); sends; reports the
  * answer's rate-limit headers back to the governor; settles the permit from
  * the answer's `usage` (for a stream, from its final usage chunk, when the
- * stream ends); and on a 429, 5xx or connection error follows the retry
- * advice, going back through admission for each retry. Turn the SDK's own
+ * stream ends); and on a 408, 409, 429, 5xx (each refunded) or a
+ * connection error follows the retry advice, going back through admission
+ * for each retry. Turn the SDK's own
  * retries off (`maxRetries: 0`): one layer retries, this one.
  */
 import native from './native';
@@ -182,7 +183,7 @@ export function governedFetch(gov: Governor, fetchImpl: Fetch, options: Governed
         continue;
       }
       if (response.ok) return answered(permit, response, estimate, (event) => options.onAttempt?.({ attempt, ...event }));
-      const text = await refused(permit, response, estimate.inputTokens);
+      const text = await refused(permit, response);
       const advice = policy?.advise({ attempt, status: response.status, headers: response.headers, body: text, deadlineInMs: left() });
       const retry = advice?.advice === 'retry_after';
       options.onAttempt?.({ attempt, status: response.status, next: retry ? 'retry' : 'done', delayMs: advice?.delayMs });
@@ -234,12 +235,13 @@ async function answered(
 }
 
 /**
- * A refused or failed answer: reads its body, reports it, and reconciles
- * the permit. A 429 or 5xx keeps the request and its input charged, which
- * paces the retries, and gives back the output it never produced; any other
- * refusal gives back everything. A body that fails to read is thrown after.
+ * A refused or failed answer: reads its body, reports it, and refunds the
+ * permit. The provider did not serve it, a 429 or 5xx included: the report
+ * (a 429 holds the provider's bucket empty until its retry-after) and the
+ * retry advice pace the retries, as in Python's transport, which refunds
+ * each refused attempt. A body that fails to read is thrown after.
  */
-async function refused(permit: Permit, response: Response, inputTokens: number): Promise<string> {
+async function refused(permit: Permit, response: Response): Promise<string> {
   let text = '';
   try {
     text = await response.text();
@@ -247,11 +249,19 @@ async function refused(permit: Permit, response: Response, inputTokens: number):
     try {
       permit.report(response.status, response.headers, text);
     } finally {
-      if (response.status === 429 || response.status >= 500) settleInput(permit, inputTokens);
-      else if (permit.state === 'pending') permit.cancel();
+      if (permit.state === 'pending') cancelUnlessExpired(permit);
     }
   }
   return text;
+}
+
+/** Refunds a permit; one that outlived its TTL meanwhile was charged as estimated, which stands. */
+function cancelUnlessExpired(permit: Permit): void {
+  try {
+    permit.cancel();
+  } catch (error) {
+    ignoreExpired(error);
+  }
 }
 
 /** A request read once: to estimate it, and to send it again on each attempt. */
