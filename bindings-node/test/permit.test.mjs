@@ -48,3 +48,42 @@ test('report(response) of a stream answers at once, leaving the stream to its re
   assert.equal(response.bodyUsed, false);
   permit.cancel();
 });
+
+const invalid = (field, value) => (e) => {
+  assert.ok(e instanceof InvalidRequestError, `${e?.name}: ${e?.message}`);
+  assert.equal(e.field, field);
+  if (value !== undefined) assert.equal(e.value, value);
+  return true;
+};
+
+test('settle() settles as estimated, and settle({ outputTokens }) keeps the input estimate, as in Python', () => {
+  const g = gov();
+  g.tryAcquire({ paths: ['openai/org'], inputTokens: 100, maxOutputTokens: 400 }).settle();
+  assert.deepEqual(inUse(g), { input: 100, output: 400 });
+  const permit = g.tryAcquire({ paths: ['openai/org'], inputTokens: 100, cachedInputTokens: 40, maxOutputTokens: 400 });
+  permit.settle({ outputTokens: 5 });
+  assert.equal(permit.state, 'settled');
+  assert.deepEqual(inUse(g), { input: 200, output: 405 });
+  g.tryAcquire({ paths: ['openai/org'], inputTokens: 100, maxOutputTokens: 400 }).settle({ cachedInputTokens: 0, outputTokens: 0 });
+  assert.deepEqual(inUse(g), { input: 300, output: 405 });
+});
+
+test('settle refuses a key of llmgov\'s usage it does not know, naming it', () => {
+  const g = gov();
+  const permit = g.tryAcquire({ paths: ['openai/org'], inputTokens: 100, maxOutputTokens: 400 });
+  assert.throws(() => permit.settle({ inputTokens: 5, extra: 1 }), (e) => invalid('extra', '1')(e) && /is not a field of a usage/.test(e.reason));
+  assert.throws(() => permit.settle({ outputTokens: 5, cachedInputToken: 1 }), (e) => invalid('cachedInputToken', '1')(e) && /did you mean cachedInputTokens\?/.test(e.reason));
+  assert.equal(permit.state, 'pending');
+  assert.deepEqual(inUse(g), { input: 100, output: 400 });
+});
+
+test('a bad count in a provider usage is refused under the name it was given', () => {
+  const g = gov();
+  const permit = g.tryAcquire({ paths: ['openai/org'], inputTokens: 100, maxOutputTokens: 400 });
+  assert.throws(() => permit.settle({ input_tokens: 10, cache_read_input_tokens: 'x', output_tokens: 1 }), invalid('cache_read_input_tokens', '"x"'));
+  assert.throws(() => permit.settle({ input_tokens: 10, cache_creation_input_tokens: 'y', output_tokens: 1 }), invalid('cache_creation_input_tokens', '"y"'));
+  assert.throws(() => permit.settle({ input_tokens: 'z', cache_read_input_tokens: 1, output_tokens: 1 }), invalid('input_tokens', '"z"'));
+  assert.throws(() => permit.settle({ prompt_tokens: 10, completion_tokens: 1, prompt_tokens_details: { cached_tokens: 'w' } }), invalid('prompt_tokens_details.cached_tokens', '"w"'));
+  assert.throws(() => permit.settle({ prompt_tokens: 10, completion_tokens: '1' }), invalid('completion_tokens', '"1"'));
+  assert.equal(permit.state, 'pending');
+});

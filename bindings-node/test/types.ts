@@ -42,6 +42,8 @@ const gov: Governor = Governor.fromToml('[scopes."openai/org/gpt-4o"]\nlimits = 
 const route: Route = gov.route(['openai/org/gpt-4o']);
 const permit: Permit = gov.tryAcquire({ route, inputTokens: countTokens('hi'), maxOutputTokens: 10, klass: 'batch' });
 permit.settle({ inputTokens: 1, outputTokens: 2, cachedInputTokens: 0 });
+permit.settle({ outputTokens: 2 });
+permit.settle();
 permit.settle({ prompt_tokens: 1, completion_tokens: 2 });
 permit.settle({ input_tokens: 1, output_tokens: 2, cache_read_input_tokens: 0 });
 const c: Classification = permit.report(429, { 'retry-after': '1' }, '');

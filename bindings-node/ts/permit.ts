@@ -4,10 +4,10 @@
  */
 import native, { Classification, NativeGovernor, PermitInfo, ProfileGrant } from './native';
 import { invalidArgument } from './errors';
-import { AnyUsage, normalizeUsage, outputOf } from './usage';
+import { AnyUsage, usageCounts } from './usage';
 import { flattenHeaders, HeadersLike } from './headers';
 import { BodyLike, bodyText, checkStatus } from './feedback';
-import { ARGS, count, optionalCount } from './hot';
+import { ARGS, count } from './hot';
 import type { Route } from './governor';
 
 /** Where a permit stands. */
@@ -75,24 +75,17 @@ export class Permit {
 
   /**
    * Reconciles with actual usage: `{ inputTokens, outputTokens, cachedInputTokens }`,
-   * or an OpenAI or Anthropic `usage` object. Refunds what was over-reserved,
-   * charges any overage (into debt if need be).
+   * or an OpenAI or Anthropic `usage` object; without one, as estimated
+   * (and `{ outputTokens }` alone keeps the input estimate). Refunds what
+   * was over-reserved, charges any overage (into debt if need be).
    */
-  settle(usage: AnyUsage): void {
+  settle(usage?: AnyUsage): void {
     if (this.#state !== 'pending') native.NativeGovernor.finished(this.#state);
-    const u = usage as { inputTokens?: unknown; outputTokens?: unknown; cachedInputTokens?: unknown };
-    let input: number, cached: number, output: number;
-    if (u !== null && typeof u === 'object' && typeof u.inputTokens === 'number') {
-      input = u.inputTokens;
-      cached = optionalCount('cachedInputTokens', u.cachedInputTokens);
-      // Absent, refused if another key names the output (`output_tokens`).
-      output = u.outputTokens === undefined ? outputOf(u, 'inputTokens', 'outputTokens') : count('outputTokens', u.outputTokens);
-    } else {
-      [input, cached, output] = normalizeUsage(usage);
-      count('inputTokens', input);
-      count('cachedInputTokens', cached);
-      count('outputTokens', output);
-    }
+    const [input, cached, output] = usageCounts(usage, () => {
+      const held = this.#gov.permitInfo(this.#handle);
+      // None: the addon no longer has it, and the settle below says why.
+      return held ? [held.inputTokens, held.cachedInputTokens, held.outputTokens] : [0, 0, 0];
+    });
     ARGS[0] = this.#id;
     ARGS[1] = this.#handle;
     ARGS[2] = input;

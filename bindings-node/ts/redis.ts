@@ -10,7 +10,7 @@ import { configJsonOf, invalidArgument, knownKeys, wellFormed } from './errors';
 import { count, optionalCount } from './hot';
 import { AcquireRequest, GovernorOptions, inputOf, looksLikePath, manual, readConfig } from './governor';
 import { signalOf } from './waiting';
-import { AnyUsage, normalizeUsage, outputOf } from './usage';
+import { AnyUsage, usageCounts } from './usage';
 import type { Metrics, Snapshot } from './native';
 
 type NativeRedisGovernor = InstanceType<typeof native.NativeRedisGovernor>;
@@ -260,7 +260,7 @@ export class RedisPermit {
    * when settled or cancelled before.
    */
   async settle(usage?: AnyUsage): Promise<void> {
-    const [input, cached, output] = usage === undefined ? this.#estimateCounts() : usageCounts(usage);
+    const [input, cached, output] = usageCounts(usage, () => this.#estimateCounts());
     await this.#finish(() => this.#native.settle(input, cached, output), 'settled');
     this.#charged = { inputTokens: input, cachedInputTokens: cached, outputTokens: output };
   }
@@ -285,17 +285,6 @@ export class RedisPermit {
       throw e;
     }
   }
-}
-
-/** `[input, cached, output]` of a usage, each a number (the addon checks the range). */
-function usageCounts(usage: AnyUsage): [number, number, number] {
-  const u = usage as { inputTokens?: unknown; outputTokens?: unknown; cachedInputTokens?: unknown };
-  if (u !== null && typeof u === 'object' && typeof u.inputTokens === 'number') {
-    const output = u.outputTokens === undefined ? outputOf(u, 'inputTokens', 'outputTokens') : count('outputTokens', u.outputTokens);
-    return [u.inputTokens, optionalCount('cachedInputTokens', u.cachedInputTokens), output];
-  }
-  const [input, cached, output] = normalizeUsage(usage);
-  return [count('inputTokens', input), count('cachedInputTokens', cached), count('outputTokens', output)];
 }
 
 /** Sleeps `ms`, or rejects with the signal's reason as soon as it is aborted. */

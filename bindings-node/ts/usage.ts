@@ -2,12 +2,17 @@
  * Usage as callers have it: llmgov's own shape, or the `usage` object of an
  * OpenAI (Chat Completions or Responses) or Anthropic answer.
  */
-import { invalidArgument } from './errors';
+import { invalidArgument, knownKeys } from './errors';
 
-/** Actual usage in llmgov's terms: `inputTokens` is required, the others default to 0. */
+/**
+ * Actual usage in llmgov's terms. With `inputTokens` given, the others
+ * default to 0; without it, every count left out keeps what the permit
+ * holds (`{ outputTokens: n }` keeps the input estimate, as Python's
+ * `settle(output_tokens=n)` does).
+ */
 export interface Usage {
-  /** Prompt tokens, cached ones included. */
-  inputTokens: number;
+  /** Prompt tokens, cached ones included (left out: the estimate). */
+  inputTokens?: number;
   /** The part of them read from the prompt cache. */
   cachedInputTokens?: number;
   /** Completion tokens. */
@@ -54,23 +59,25 @@ export function normalizeUsage(usage: AnyUsage): [number, number, number] {
     throw invalidArgument('usage', usage, 'must be an object such as { inputTokens, outputTokens }');
   }
   const u = usage as Record<string, any>;
+  // Each count is checked under the name it was given, not llmgov's.
   if (present(u.prompt_tokens)) {
-    const cached = u.prompt_tokens_details?.cached_tokens ?? 0;
-    return [u.prompt_tokens, cached, outputOf(u, 'prompt_tokens', 'completion_tokens')];
+    const output = counted('completion_tokens', outputOf(u, 'prompt_tokens', 'completion_tokens'));
+    const cached = counted('prompt_tokens_details.cached_tokens', u.prompt_tokens_details?.cached_tokens ?? 0);
+    return [counted('prompt_tokens', u.prompt_tokens), cached, output];
   }
   if (present(u.input_tokens)) {
-    const output = outputOf(u, 'input_tokens', 'output_tokens');
+    const output = counted('output_tokens', outputOf(u, 'input_tokens', 'output_tokens'));
+    const input = counted('input_tokens', u.input_tokens);
     if (present(u.cache_read_input_tokens) || present(u.cache_creation_input_tokens)) {
       // Anthropic counts cache reads and writes apart from input_tokens;
       // llmgov's input includes them, as OpenAI's prompt_tokens does.
-      const read = u.cache_read_input_tokens ?? 0;
-      const written = u.cache_creation_input_tokens ?? 0;
-      return [sum('input_tokens', u.input_tokens, read, written), read, output];
+      const read = counted('cache_read_input_tokens', u.cache_read_input_tokens ?? 0);
+      const written = counted('cache_creation_input_tokens', u.cache_creation_input_tokens ?? 0);
+      return [input + read + written, read, output];
     }
-    const cached = u.input_tokens_details?.cached_tokens ?? 0;
-    return [u.input_tokens, cached, output];
+    return [input, counted('input_tokens_details.cached_tokens', u.input_tokens_details?.cached_tokens ?? 0), output];
   }
-  if (present(u.inputTokens)) return [u.inputTokens, u.cachedInputTokens ?? 0, outputOf(u, 'inputTokens', 'outputTokens')];
+  if (present(u.inputTokens)) return ownCounts(u, NOTHING_HELD);
   throw invalidArgument(
     'usage',
     usage,
@@ -99,11 +106,53 @@ export function outputOf(u: Record<string, any>, inputKey: string, outputKey: st
   return 0;
 }
 
-function sum(field: string, ...parts: unknown[]): number {
-  let total = 0;
-  for (const part of parts) {
-    if (typeof part !== 'number') throw invalidArgument(field, part, 'must be a number');
-    total += part;
+function counted(field: string, value: unknown): number {
+  if (typeof value !== 'number') throw invalidArgument(field, value, 'must be a number');
+  return value;
+}
+
+/** What a permit holds, `[input, cached, output]`: the counts a usage leaves out keep them. */
+export type Held = () => [number, number, number];
+
+const NOTHING_HELD: Held = () => [0, 0, 0];
+
+/** The keys of llmgov's own usage. */
+const OWN_FIELDS = new Set(['inputTokens', 'cachedInputTokens', 'outputTokens']);
+
+/**
+ * `[input, cached, output]` of what `settle` was given: nothing (settled as
+ * `held`, as estimated), llmgov's usage, or a provider's. llmgov's is one
+ * with `inputTokens`, or without a provider's input key, with
+ * `outputTokens` or `cachedInputTokens`.
+ */
+export function usageCounts(usage: AnyUsage | undefined, held: Held): [number, number, number] {
+  if (usage === undefined) return held();
+  const u = usage as Record<string, any>;
+  if (u !== null && typeof u === 'object') {
+    const own = present(u.inputTokens)
+      || (!present(u.prompt_tokens) && !present(u.input_tokens) && (u.outputTokens !== undefined || u.cachedInputTokens !== undefined));
+    if (own) return ownCounts(u, held);
   }
-  return total;
+  return normalizeUsage(usage);
+}
+
+/**
+ * llmgov's usage. Any key but its three is refused, naming it, as
+ * `tryAcquire` refuses one: a misspelt count would be settled as 0, or as
+ * reserved. An output under another shape's key is named first, with the
+ * key to use.
+ */
+function ownCounts(u: Record<string, any>, held: Held): [number, number, number] {
+  const misplaced = u.outputTokens === undefined ? outputOf(u, 'inputTokens', 'outputTokens') : undefined;
+  for (const key in u) if (!OWN_FIELDS.has(key)) knownKeys(u, OWN_FIELDS, 'a usage');
+  if (u.inputTokens === undefined) {
+    const [input, cached, output] = held();
+    return [
+      input,
+      u.cachedInputTokens === undefined ? cached : counted('cachedInputTokens', u.cachedInputTokens),
+      u.outputTokens === undefined ? output : counted('outputTokens', u.outputTokens),
+    ];
+  }
+  const cached = u.cachedInputTokens === undefined ? 0 : counted('cachedInputTokens', u.cachedInputTokens);
+  return [counted('inputTokens', u.inputTokens), cached, misplaced ?? counted('outputTokens', u.outputTokens)];
 }
