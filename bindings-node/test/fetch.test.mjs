@@ -221,3 +221,23 @@ test('each refused attempt (408, 409, 429, 5xx) is refunded; only the served one
   assert.deepEqual(inUse(last), { input: 0, output: 0 });
   assert.equal(last.livePermits(), 0);
 });
+
+test('governedFetch options are checked when it is made, each bad one named', () => {
+  const g = gov();
+  const bad = (options, field, value) => assert.throws(() => governedFetch(g, fetch, { paths: ['api'], ...options }), (e) => {
+    assert.ok(e instanceof llmgov.InvalidRequestError, `${e?.name}: ${e?.message}`);
+    assert.equal(e.field, field);
+    assert.equal(e.value, value);
+    return true;
+  });
+  bad({ includeUsages: true }, 'includeUsages', 'true');
+  bad({ deadline: 5 }, 'deadline', '5');
+  bad({ counting: 'exactly' }, 'counting', '"exactly"');
+  for (const n of [0, -1, 1.5, '100', NaN]) bad({ defaultMaxOutputTokens: n }, 'defaultMaxOutputTokens', typeof n === 'string' ? `"${n}"` : String(n));
+  for (const ms of [-1, NaN, '5']) bad({ deadlineMs: ms }, 'deadlineMs', typeof ms === 'string' ? `"${ms}"` : String(ms));
+  bad({ onAttempt: 'log' }, 'onAttempt', '"log"');
+  bad({ wait: 'no' }, 'wait', '"no"');
+  bad({ klass: 5 }, 'klass', '5');
+  bad({ paths: 'api' }, 'paths', '"api"');
+  governedFetch(g, fetch, { paths: ['api'], counting: 'fast', defaultMaxOutputTokens: 1, deadlineMs: 0, onAttempt: () => {}, klass: undefined });
+});

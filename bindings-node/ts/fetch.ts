@@ -21,7 +21,7 @@ import native from './native';
 import { Governor, Route } from './governor';
 import { Permit } from './permit';
 import { RetryPolicy, RetryOptions } from './feedback';
-import { invalidArgument } from './errors';
+import { invalidArgument, knownKeys } from './errors';
 import { meteredStream } from './stream';
 import { AnyUsage } from './usage';
 
@@ -118,6 +118,33 @@ function rebuilt(original: Response, body: string | Uint8Array | ReadableStream<
   return response;
 }
 
+const OPTIONS = new Set([
+  'paths', 'klass', 'counting', 'defaultMaxOutputTokens', 'includeUsage', 'wait', 'retry', 'deadlineMs', 'onAttempt',
+]);
+
+/**
+ * Refuses a bad option when the fetch is made, not at its first request
+ * (or never: a misspelt `includeUsages` would be ignored, a `deadlineMs`
+ * of NaN would never end a wait), naming it.
+ */
+function checkOptions(options: GovernedFetchOptions): void {
+  knownKeys(options, OPTIONS, 'governedFetch options');
+  const { paths, klass, counting, defaultMaxOutputTokens: max, includeUsage, wait, deadlineMs, onAttempt } = options;
+  if (!Array.isArray(paths) && typeof paths !== 'function') throw invalidArgument('paths', paths, 'must be an array of scope paths or a function of the request');
+  if (klass !== undefined && typeof klass !== 'string' && typeof klass !== 'function') throw invalidArgument('klass', klass, 'must be a class name or a function of the request');
+  if (counting !== undefined && counting !== 'exact' && counting !== 'fast') throw invalidArgument('counting', counting, 'must be "exact" or "fast"');
+  if (max !== undefined && !(typeof max === 'number' && Number.isInteger(max) && max > 0)) {
+    throw invalidArgument('defaultMaxOutputTokens', max, 'must be a positive integer');
+  }
+  for (const [field, value] of [['includeUsage', includeUsage], ['wait', wait]] as const) {
+    if (value !== undefined && typeof value !== 'boolean') throw invalidArgument(field, value, 'must be true or false');
+  }
+  if (deadlineMs !== undefined && !(typeof deadlineMs === 'number' && deadlineMs >= 0)) {
+    throw invalidArgument('deadlineMs', deadlineMs, 'must be a non-negative number of milliseconds');
+  }
+  if (onAttempt !== undefined && typeof onAttempt !== 'function') throw invalidArgument('onAttempt', onAttempt, 'must be a function');
+}
+
 /**
  * A `fetch` governed by `gov`: reserve, send, report, settle, retry. See the
  * module documentation; `fetchImpl` is the fetch to send with (`fetch`).
@@ -128,6 +155,7 @@ export function governedFetch(gov: Governor, fetchImpl: Fetch, options: Governed
   if (options === null || typeof options !== 'object' || options.paths === undefined) {
     throw invalidArgument('paths', undefined, 'governedFetch needs options.paths');
   }
+  checkOptions(options);
   const policy = options.retry === false ? null
     : options.retry instanceof RetryPolicy ? options.retry
     : new RetryPolicy(options.retry);
