@@ -508,10 +508,8 @@ export declare function nativeClassifyResponse(status: number, headers: Array<st
 export declare function nativeCountChatTokens(messagesJson: string, model: string, toolsJson?: string | undefined | null): number
 
 /**
- * Estimates an OpenAI (`api` = `openai`) or Anthropic (`anthropic`) request
- * body; `counting` is `exact` (BPE) or `fast` (the estimate). A body of
- * another shape (embeddings, responses) is counted from its `input` or, for
- * want of anything better, its whole text.
+ * Estimates a request body for `api` (`openai`, `responses`, `anthropic`,
+ * or anything else); `counting` is `exact` (BPE) or `fast` (the estimate).
  */
 export declare function nativeEstimateRequest(body: string, api: string, counting: string): RequestEstimate
 

@@ -194,6 +194,40 @@ test('an OpenAI stream cut after its usage chunk settles the larger of the usage
   assert.deepEqual(inUse(finished), { input: 9, output: 2 }, "a finished stream: the provider's count stands");
 });
 
+test('a cut stream counts the tool calls and thinking it carried, as Python does', async () => {
+  const kinds = [
+    [OPENAI, (piece) => ({ choices: [{ delta: { tool_calls: [{ index: 0, function: { arguments: piece } }] } }] })],
+    [RESPONSES, (delta) => ({ type: 'response.function_call_arguments.delta', delta })],
+    [ANTHROPIC, (partial_json) => ({ type: 'content_block_delta', delta: { type: 'input_json_delta', partial_json } })],
+    [ANTHROPIC, (thinking) => ({ type: 'content_block_delta', delta: { type: 'thinking_delta', thinking } })],
+  ];
+  for (const [url, kind] of kinds) {
+    const g = gov();
+    const body = { model: 'gpt-4o', max_tokens: 4000, max_output_tokens: 4000, stream: true, messages, input: 'go' };
+    await (await governed(g, streaming(deltas(kind, LONG_TEXT)))(url, post(body))).text();
+    assert.equal(inUse(g).output, countTokens(LONG_TEXT, 'gpt-4o'), url);
+  }
+});
+
+test('tool calls, tool results and Responses items count in the estimate, none refused', async () => {
+  const reserved = async (url, body) => {
+    const g = gov();
+    const { sent, fetchImpl } = recording(g, [{ body: '{}' }]);
+    await governed(g, fetchImpl)(url, post(body));
+    return sent[0].reserved.input;
+  };
+  const call = { role: 'assistant', tool_calls: [{ id: 't', type: 'function', function: { name: 'f', arguments: LONG_TEXT } }] };
+  assert.ok(await reserved(OPENAI, { model: 'gpt-4o', messages: [...messages, call] }) > 500);
+  const items = [
+    { role: 'user', content: 'weather?' },
+    { type: 'reasoning', id: 'r', summary: [{ type: 'summary_text', text: 'look it up' }] },
+    { type: 'function_call', call_id: 'c', name: 'weather', arguments: '{}' },
+    { type: 'function_call_output', call_id: 'c', output: LONG_TEXT },
+  ];
+  const withInstructions = await reserved(RESPONSES, { model: 'gpt-4o', instructions: LONG_TEXT, input: items });
+  assert.ok(withInstructions > 2 * countTokens(LONG_TEXT, 'gpt-4o'), 'the instructions and the tool output both count');
+});
+
 test('a 200 with no usage (not JSON, or JSON without one) settles as estimated, not refunding the output', async () => {
   for (const answer of [{ body: 'plain text answer', headers: { 'content-type': 'text/plain' } }, { body: '{"choices":[]}' }]) {
     const g = gov();

@@ -40,7 +40,10 @@ class StreamUsage {
         this.done = true;
         return;
       case 'content_block_delta':
-        if (typeof e.delta?.text === 'string') this.text += e.delta.text;
+        // Text, a tool call's JSON as it streams, or extended thinking.
+        for (const key of ['text', 'partial_json', 'thinking']) {
+          if (typeof e.delta?.[key] === 'string') this.text += e.delta[key];
+        }
         return;
       case 'response.completed':
       case 'response.incomplete':
@@ -48,6 +51,7 @@ class StreamUsage {
         this.done = true;
         return;
       case 'response.output_text.delta':
+      case 'response.function_call_arguments.delta':
         if (typeof e.delta === 'string') this.text += e.delta;
         return;
     }
@@ -55,6 +59,9 @@ class StreamUsage {
     for (const choice of Array.isArray(e.choices) ? e.choices : []) {
       const content = choice?.delta?.content;
       if (typeof content === 'string') this.text += content;
+      for (const call of Array.isArray(choice?.delta?.tool_calls) ? choice.delta.tool_calls : []) {
+        if (typeof call?.function?.arguments === 'string') this.text += call.function.arguments;
+      }
     }
   }
 

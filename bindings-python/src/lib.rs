@@ -42,6 +42,7 @@ fn _llmgov(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(tokens::count_tokens, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::count_chat_tokens, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::estimate_tokens, module)?)?;
+    module.add_function(wrap_pyfunction!(tokens::estimate_request, module)?)?;
     module.add_function(wrap_pyfunction!(plan::plan_capacity, module)?)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

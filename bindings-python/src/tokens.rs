@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::args::type_name;
 use crate::convert::python_to_value;
-use crate::errors::invalid;
+use crate::errors::{invalid, invalid_text};
 
 /// Texts at least this long (bytes) are counted with the GIL released:
 /// below it, releasing and retaking the GIL costs more than it frees.
@@ -66,6 +66,37 @@ pub fn count_chat_tokens(
         return Ok(InputCounting::Fast.count_chat(&model, &messages, &tools));
     }
     Ok(count_chat(py, &model, &messages, &tools))
+}
+
+/// A request body's estimate as it goes on the wire, for the transports:
+/// `(input_tokens, max_output_tokens or None, model or None)`. The core's
+/// `llmgov::tokens::estimate_request`, which every binding's HTTP client
+/// shares, so a request reserves the same in every language; it never
+/// refuses a body of a shape it does not know (a Responses API tool call,
+/// a reasoning item), counting the text it carries instead.
+#[pyfunction(name = "_estimate_request")]
+pub fn estimate_request(
+    py: Python<'_>,
+    body: &str,
+    api: &str,
+    fast: bool,
+) -> PyResult<(u64, Option<u64>, Option<String>)> {
+    let value: Value = serde_json::from_str(body).map_err(|e| {
+        invalid_text(py, "body", &body.chars().take(80).collect::<String>(), format!("is not JSON: {e}"))
+    })?;
+    let api = match api {
+        "openai" => tokens::Api::ChatCompletions,
+        "responses" => tokens::Api::Responses,
+        "anthropic" => tokens::Api::Anthropic,
+        _ => tokens::Api::Other,
+    };
+    let counting = if fast { InputCounting::Fast } else { InputCounting::Exact };
+    let estimate = if body.len() >= DETACH_BYTES {
+        py.detach(|| tokens::estimate_request(&value, api, counting))
+    } else {
+        tokens::estimate_request(&value, api, counting)
+    };
+    Ok((estimate.input_tokens, estimate.max_output_tokens, estimate.model))
 }
 
 /// Counts a chat, releasing the GIL when its texts are long.

@@ -16,6 +16,7 @@ import openai
 import pytest
 
 import llmgov
+from llmgov import _wire
 from llmgov.httpx import AsyncGovernedTransport, GovernedTransport
 from llmgov.httpx2 import AsyncGovernedTransport as AsyncGovernedTransport2
 
@@ -432,6 +433,63 @@ def test_a_sync_call_failing_with_other_than_a_transport_error_settles_its_permi
             client.post("http://x/v1/chat/completions", json=ODD_BODY)
     reserved, used = tokens_held(gov)
     assert reserved == 0 and used > 100, "the permit was left pending"
+
+
+def test_a_responses_request_with_tool_calls_and_reasoning_is_estimated_and_sent() -> None:
+    """Items without a `role` (a function call, its output, a reasoning
+    item) raised InvalidRequest in the estimate: the request never left."""
+    gov = llmgov.Governor.from_dict(ODD_GOVERNOR, clock="manual")
+    sent = []
+
+    def provider(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json={"usage": {"input_tokens": 400, "output_tokens": 5}})
+
+    payload = "word " * 300
+    body = {
+        "model": "gpt-4o",
+        "input": [
+            {"role": "user", "content": "weather in Paris?"},
+            {"type": "reasoning", "id": "r", "summary": [{"type": "summary_text", "text": "look it up"}]},
+            {"type": "function_call", "call_id": "c", "name": "weather", "arguments": '{"city":"Paris"}'},
+            {"type": "function_call_output", "call_id": "c", "output": payload},
+        ],
+        "max_output_tokens": 100,
+    }
+    estimate = _wire.estimate("/v1/responses", body, json.dumps(body).encode(), 1024)
+    assert estimate.input_tokens > 300 and estimate.max_output_tokens == 100, estimate
+    with httpx.Client(transport=GovernedTransport(gov, paths="p", transport=httpx.MockTransport(provider))) as client:
+        assert client.post("http://x/v1/responses", json=body).status_code == 200
+    assert len(sent) == 1 and tokens_held(gov) == (0, 405)
+
+
+def test_tool_call_arguments_and_results_count_in_the_estimate() -> None:
+    """Agent loops carry most of their prompt in tool calls and results,
+    which the estimate left out (2,000 tokens of arguments counted as none)."""
+    arguments = json.dumps({"text": "word " * 500})
+    call = {"role": "assistant", "tool_calls": [{"id": "t", "type": "function", "function": {"name": "f", "arguments": arguments}}]}
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "go"}, call], "max_tokens": 10}
+    counted = _wire.estimate("/v1/chat/completions", body, json.dumps(body).encode(), 1024).input_tokens
+    assert counted >= 500, counted
+    result = {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": "word " * 500}]}
+    body = {"model": "claude", "max_tokens": 10, "messages": [{"role": "user", "content": [result]}]}
+    assert _wire.estimate("/v1/messages", body, json.dumps(body).encode(), 1024).input_tokens >= 500
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        [{"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "word " * 200}}]}}]}],
+        [{"type": "response.function_call_arguments.delta", "delta": "word " * 200}],
+        [{"type": "content_block_delta", "delta": {"type": "input_json_delta", "partial_json": "word " * 200}}],
+        [{"type": "content_block_delta", "delta": {"type": "thinking_delta", "thinking": "word " * 200}}],
+    ],
+    ids=["openai tool call", "responses function call", "anthropic tool use", "anthropic thinking"],
+)
+def test_a_cut_stream_counts_the_tool_calls_and_thinking_it_carried(events: List[Dict[str, Any]]) -> None:
+    usage = _wire.StreamUsage("gpt-4o")
+    usage.feed(b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events))
+    assert usage.output_tokens_seen() >= 200
 
 
 def test_a_stream_whose_usage_the_governor_refuses_settles_the_output_it_carried() -> None:

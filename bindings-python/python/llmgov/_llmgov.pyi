@@ -34,6 +34,7 @@ __all__ = [
     "_Driver",
     "_Forget",
     "_RedisAttempt",
+    "_estimate_request",
     "__version__",
     "classify_response",
     "count_chat_tokens",
@@ -468,6 +469,7 @@ def count_chat_tokens(
     fast: bool = False,
 ) -> int: ...
 def estimate_tokens(text: str) -> int: ...
+def _estimate_request(body: str, api: str, fast: bool) -> Tuple[int, Optional[int], Optional[str]]: ...
 def plan_capacity(
     *,
     avg_input: float,

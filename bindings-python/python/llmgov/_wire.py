@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from ._llmgov import count_chat_tokens, count_tokens, estimate_tokens
+from ._llmgov import _estimate_request, count_tokens, estimate_tokens
 
 #: `max_tokens` assumed for a request that sets none (OpenAI's chat API lets
 #: it out; reserving a model's whole context would starve everyone else).
@@ -35,46 +35,24 @@ def shape_of(path: str) -> str:
     return "other"
 
 
-def _messages_with_system(body: Dict[str, Any]) -> List[Any]:
-    messages = list(body.get("messages") or [])
-    system = body.get("system")
-    if isinstance(system, str):
-        messages.insert(0, {"role": "system", "content": system})
-    elif isinstance(system, list):
-        messages.insert(0, {"role": "system", "content": system})
-    return messages
-
-
 def estimate(
     path: str, body: Optional[Dict[str, Any]], raw: bytes, default_max_tokens: int, fast: bool = False
 ) -> Estimate:
     """The prompt's tokens (exact BPE counts where the shape is known, or the
-    fast estimate) and the output to reserve, from a request body."""
+    fast estimate) and the output to reserve, from a request body: the
+    core's estimate, which every binding's HTTP client shares."""
     shape = shape_of(path)
+    text = raw.decode("utf-8", "replace")
     if body is None:
-        return Estimate("", estimate_tokens(raw.decode("utf-8", "replace")), 0, False, "other")
+        return Estimate("", estimate_tokens(text), 0, False, "other")
     given_model = body.get("model")
     model = given_model if isinstance(given_model, str) else ""
     stream = body.get("stream") is True
-    if shape == "openai":
-        input_tokens = count_chat_tokens(body.get("messages") or [], model=model, tools=body.get("tools"), fast=fast)
-        max_out = body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens
-    elif shape == "anthropic":
-        input_tokens = count_chat_tokens(_messages_with_system(body), model=model, tools=body.get("tools"), fast=fast)
-        max_out = body.get("max_tokens") or default_max_tokens
-    elif shape == "responses":
-        given = body.get("input")
-        messages = [{"role": "user", "content": given}] if isinstance(given, str) else list(given or [])
-        if isinstance(body.get("instructions"), str):
-            messages.insert(0, {"role": "system", "content": body["instructions"]})
-        input_tokens = count_chat_tokens(messages, model=model, tools=body.get("tools"), fast=fast)
-        max_out = body.get("max_output_tokens") or default_max_tokens
-    else:
-        input_tokens = estimate_tokens(raw.decode("utf-8", "replace"))
-        max_out = 0
-    if not isinstance(max_out, int) or isinstance(max_out, bool) or max_out < 0:
-        max_out = default_max_tokens
-    return Estimate(model, input_tokens, max_out, stream, shape)
+    if shape == "other":
+        return Estimate(model, estimate_tokens(text), 0, stream, shape)
+    input_tokens, max_out, _ = _estimate_request(text, shape, fast)
+    # None, or a 0 no provider accepts: the request states no cap.
+    return Estimate(model, input_tokens, max_out or default_max_tokens, stream, shape)
 
 
 def parse_json(raw: bytes) -> Optional[Dict[str, Any]]:
@@ -125,13 +103,17 @@ class StreamUsage:
         elif kind == "message_stop":
             self.done = True
         elif kind == "content_block_delta":
+            # Text, a tool call's JSON as it streams, or extended thinking.
             delta = event.get("delta") or {}
-            if isinstance(delta.get("text"), str):
-                self.text.append(delta["text"])
+            for key in ("text", "partial_json", "thinking"):
+                if isinstance(delta.get(key), str):
+                    self.text.append(delta[key])
         elif kind in ("response.completed", "response.incomplete"):
             self._merge((event.get("response") or {}).get("usage"))
             self.done = True
-        elif kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
+        elif kind in ("response.output_text.delta", "response.function_call_arguments.delta") and isinstance(
+            event.get("delta"), str
+        ):
             self.text.append(event["delta"])
         else:
             if isinstance(usage, dict):
@@ -140,6 +122,10 @@ class StreamUsage:
                 delta = choice.get("delta") or {}
                 if isinstance(delta.get("content"), str):
                     self.text.append(delta["content"])
+                for call in delta.get("tool_calls") or []:
+                    arguments = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
+                    if isinstance(arguments, str):
+                        self.text.append(arguments)
 
     def _merge(self, usage: Any) -> None:
         if isinstance(usage, dict):

@@ -10,6 +10,8 @@
 //! - [`count_chat`] adds OpenAI's per-message, name, reply-priming, tool and
 //!   image costs (see [`chat`]).
 //! - [`InputCounting`] picks exact or fast counting per route.
+//! - [`estimate_request`] reads a whole request body as it goes on the wire
+//!   (see [`request`]), for every binding's governed HTTP client.
 //! - [`OutputModel`] reserves `min(max_tokens, pN)` of the outputs seen per
 //!   route and class, from a lock-free [`Histogram`] (see [`output`]).
 //! - [`InputCoefficients`] scales o200k counts for other providers'
@@ -37,6 +39,7 @@ mod estimate;
 pub mod exact;
 mod image;
 pub mod output;
+pub mod request;
 
 use std::sync::LazyLock;
 
@@ -48,6 +51,7 @@ pub use estimate::estimate;
 pub use exact::{count, count_detailed, ChunkedCount, CHUNK_BYTES, SEAM_BOUND};
 pub use image::image_tokens;
 pub use output::{Histogram, OutputConfig, OutputModel};
+pub use request::{estimate_request, Api, RequestEstimate};
 
 /// A BPE encoding used by OpenAI models.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
