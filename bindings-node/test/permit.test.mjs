@@ -56,7 +56,7 @@ const invalid = (field, value) => (e) => {
   return true;
 };
 
-test('settle() settles as estimated, and settle({ outputTokens }) keeps the input estimate, as in Python', () => {
+test('settle() settles as estimated, and a count left out keeps what was reserved for it, as in Python', () => {
   const g = gov();
   g.tryAcquire({ paths: ['openai/org'], inputTokens: 100, maxOutputTokens: 400 }).settle();
   assert.deepEqual(inUse(g), { input: 100, output: 400 });
@@ -66,6 +66,9 @@ test('settle() settles as estimated, and settle({ outputTokens }) keeps the inpu
   assert.deepEqual(inUse(g), { input: 200, output: 405 });
   g.tryAcquire({ paths: ['openai/org'], inputTokens: 100, maxOutputTokens: 400 }).settle({ cachedInputTokens: 0, outputTokens: 0 });
   assert.deepEqual(inUse(g), { input: 300, output: 405 });
+  // The output left out keeps its reservation too (it was settled as 0).
+  g.tryAcquire({ paths: ['openai/org'], inputTokens: 100, maxOutputTokens: 400 }).settle({ inputTokens: 50 });
+  assert.deepEqual(inUse(g), { input: 350, output: 805 });
 });
 
 test('settle refuses a key of llmgov\'s usage it does not know, naming it', () => {

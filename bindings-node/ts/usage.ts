@@ -5,10 +5,10 @@
 import { invalidArgument, knownKeys } from './errors';
 
 /**
- * Actual usage in llmgov's terms. With `inputTokens` given, the others
- * default to 0; without it, every count left out keeps what the permit
- * holds (`{ outputTokens: n }` keeps the input estimate, as Python's
- * `settle(output_tokens=n)` does).
+ * Actual usage in llmgov's terms. Every count left out keeps what the
+ * permit holds, as Python's `settle` does: `{ outputTokens: n }` keeps the
+ * input estimate, `{ inputTokens: n }` the output reserved (and the cached
+ * input reserved, up to `n`).
  */
 export interface Usage {
   /** Prompt tokens, cached ones included (left out: the estimate). */
@@ -143,16 +143,11 @@ export function usageCounts(usage: AnyUsage | undefined, held: Held): [number, n
  * key to use.
  */
 function ownCounts(u: Record<string, any>, held: Held): [number, number, number] {
-  const misplaced = u.outputTokens === undefined ? outputOf(u, 'inputTokens', 'outputTokens') : undefined;
+  if (u.outputTokens === undefined) outputOf(u, 'inputTokens', 'outputTokens'); // names a misplaced output
   for (const key in u) if (!OWN_FIELDS.has(key)) knownKeys(u, OWN_FIELDS, 'a usage');
-  if (u.inputTokens === undefined) {
-    const [input, cached, output] = held();
-    return [
-      input,
-      u.cachedInputTokens === undefined ? cached : counted('cachedInputTokens', u.cachedInputTokens),
-      u.outputTokens === undefined ? output : counted('outputTokens', u.outputTokens),
-    ];
-  }
-  const cached = u.cachedInputTokens === undefined ? 0 : counted('cachedInputTokens', u.cachedInputTokens);
-  return [counted('inputTokens', u.inputTokens), cached, misplaced ?? counted('outputTokens', u.outputTokens)];
+  const [heldInput, heldCached, heldOutput] = held();
+  const input = u.inputTokens === undefined ? heldInput : counted('inputTokens', u.inputTokens);
+  const cached = u.cachedInputTokens === undefined ? Math.min(heldCached, input) : counted('cachedInputTokens', u.cachedInputTokens);
+  const output = u.outputTokens === undefined ? heldOutput : counted('outputTokens', u.outputTokens);
+  return [input, cached, output];
 }
