@@ -435,6 +435,15 @@ def test_a_sync_call_failing_with_other_than_a_transport_error_settles_its_permi
     assert reserved == 0 and used > 100, "the permit was left pending"
 
 
+def test_a_redirect_the_client_does_not_follow_is_refunded_as_in_node() -> None:
+    """A 3xx serves no completion: it was settled as estimated."""
+    gov = llmgov.Governor.from_dict(ODD_GOVERNOR, clock="manual")
+    handler = lambda request: httpx.Response(307, headers={"location": "http://y/v1/chat/completions"})  # noqa: E731
+    with httpx.Client(transport=GovernedTransport(gov, paths="p", transport=httpx.MockTransport(handler))) as client:
+        assert client.post("http://x/v1/chat/completions", json=ODD_BODY).status_code == 307
+    assert tokens_held(gov) == (0, 0)
+
+
 def test_a_responses_request_with_tool_calls_and_reasoning_is_estimated_and_sent() -> None:
     """Items without a `role` (a function call, its output, a reasoning
     item) raised InvalidRequest in the estimate: the request never left."""

@@ -118,9 +118,10 @@ class _Governed:
     def _finish(permit: Permit, response: Any, content: bytes) -> None:
         """Reports the answer, then settles from its usage (as estimated when
         it has none, or none the governor accepts), or cancels it if the
-        provider refused the request."""
+        provider did not serve the request: a refusal, or a redirect (3xx,
+        when the client does not follow it), as the Node fetch does."""
         permit.report(response.status_code, response.headers, content if response.status_code >= 400 else b"")
-        if response.status_code >= 400:
+        if response.status_code >= 300:
             _cancel(permit)
             return
         body = _wire.parse_json(content)
