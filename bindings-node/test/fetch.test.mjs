@@ -194,6 +194,13 @@ test('an OpenAI stream cut after its usage chunk settles the larger of the usage
   assert.deepEqual(inUse(finished), { input: 9, output: 2 }, "a finished stream: the provider's count stands");
 });
 
+test('an API of no known shape is estimated by its input, with no output reserved, as in Python', async () => {
+  const g = gov();
+  const { sent, fetchImpl } = recording(g, [{ body: '{}' }]);
+  await governed(g, fetchImpl)('https://api.openai.com/v1/embeddings', post({ model: 'text-embedding-3-small', input: LONG_TEXT }));
+  assert.deepEqual(sent[0].reserved, { input: countTokens(LONG_TEXT, 'gpt-4o'), output: 0 });
+});
+
 test('a cut stream counts the tool calls and thinking it carried, as Python does', async () => {
   const kinds = [
     [OPENAI, (piece) => ({ choices: [{ delta: { tool_calls: [{ index: 0, function: { arguments: piece } }] } }] })],

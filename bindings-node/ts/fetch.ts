@@ -184,7 +184,8 @@ export function governedFetch(gov: Governor, fetchImpl: Fetch, options: Governed
     const admission = {
       route,
       inputTokens: estimate.inputTokens,
-      maxOutputTokens: estimate.maxOutputTokens ?? defaultMax,
+      // An API of no known shape (embeddings, say) produces no output unless its body caps one.
+      maxOutputTokens: estimate.maxOutputTokens ?? (api === 'other' ? 0 : defaultMax),
       klass,
     };
     const started = Date.now();

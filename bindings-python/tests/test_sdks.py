@@ -435,6 +435,15 @@ def test_a_sync_call_failing_with_other_than_a_transport_error_settles_its_permi
     assert reserved == 0 and used > 100, "the permit was left pending"
 
 
+def test_an_api_of_no_known_shape_is_estimated_by_its_input_as_in_node() -> None:
+    """An embeddings body: its `input` counted exactly, as every binding
+    estimates it, and no output, as it produces none."""
+    text = "Token buckets refill at a steady rate. " * 20
+    body = {"model": "text-embedding-3-small", "input": text}
+    estimate = _wire.estimate("/v1/embeddings", body, json.dumps(body).encode(), 1024)
+    assert (estimate.input_tokens, estimate.max_output_tokens) == (llmgov.count_tokens(text, model="gpt-4o"), 0)
+
+
 def test_a_redirect_the_client_does_not_follow_is_refunded_as_in_node() -> None:
     """A 3xx serves no completion: it was settled as estimated."""
     gov = llmgov.Governor.from_dict(ODD_GOVERNOR, clock="manual")

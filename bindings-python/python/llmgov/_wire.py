@@ -48,11 +48,11 @@ def estimate(
     given_model = body.get("model")
     model = given_model if isinstance(given_model, str) else ""
     stream = body.get("stream") is True
-    if shape == "other":
-        return Estimate(model, estimate_tokens(text), 0, stream, shape)
     input_tokens, max_out, _ = _estimate_request(text, shape, fast)
-    # None, or a 0 no provider accepts: the request states no cap.
-    return Estimate(model, input_tokens, max_out or default_max_tokens, stream, shape)
+    # None, or a 0 no provider accepts: the request states no cap. An API of
+    # no known shape (embeddings, say) produces no output unless it caps one.
+    uncapped = 0 if shape == "other" else default_max_tokens
+    return Estimate(model, input_tokens, max_out or uncapped, stream, shape)
 
 
 def parse_json(raw: bytes) -> Optional[Dict[str, Any]]:
