@@ -194,6 +194,20 @@ test('an OpenAI stream cut after its usage chunk settles the larger of the usage
   assert.deepEqual(inUse(finished), { input: 9, output: 2 }, "a finished stream: the provider's count stands");
 });
 
+test('a connection error refunds only a request that never left, as in Python', async () => {
+  const failing = (code) => async () => {
+    throw Object.assign(new TypeError('fetch failed'), { cause: Object.assign(new Error(code), { code }) });
+  };
+  for (const [code, sent] of [['ECONNREFUSED', false], ['ENOTFOUND', false], ['UND_ERR_CONNECT_TIMEOUT', false], ['UND_ERR_SOCKET', true], ['ECONNRESET', true]]) {
+    const g = gov();
+    await assert.rejects(governed(g, failing(code))(OPENAI, post({ model: 'gpt-4o', messages, max_tokens: 100 })), /fetch failed/);
+    const { input, output } = inUse(g);
+    assert.equal(output, 0, code);
+    assert.equal(input > 0, sent, `${code}: input ${input}`);
+    assert.equal(g.livePermits(), 0);
+  }
+});
+
 test('an API of no known shape is estimated by its input, with no output reserved, as in Python', async () => {
   const g = gov();
   const { sent, fetchImpl } = recording(g, [{ body: '{}' }]);

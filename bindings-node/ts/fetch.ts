@@ -203,8 +203,9 @@ export function governedFetch(gov: Governor, fetchImpl: Fetch, options: Governed
           permit.cancel();
           throw error;
         }
+        if (neverSent(error)) cancelUnlessExpired(permit);
         // It may have reached the provider: keep the input charged.
-        settleInput(permit, estimate.inputTokens);
+        else settleInput(permit, estimate.inputTokens);
         const advice = policy?.advise({ attempt, deadlineInMs: left() });
         options.onAttempt?.({ attempt, status: undefined, next: advice?.advice === 'retry_after' ? 'retry' : 'done', delayMs: advice?.delayMs });
         if (advice?.advice !== 'retry_after') throw error;
@@ -429,6 +430,19 @@ function settleAsEstimated(permit: Permit): void {
   } catch (error) {
     ignoreExpired(error);
   }
+}
+
+/**
+ * Errors raised before a request could leave (fetch's, undici's and
+ * Node's codes, on the error or its `cause`): no connection, no address, a
+ * connect timeout. As Python's transport refunds a ConnectError; anything
+ * else (a reset, a closed socket) may have reached the provider.
+ */
+const NEVER_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT']);
+
+function neverSent(error: unknown): boolean {
+  const codeOf = (e: unknown) => (e !== null && typeof e === 'object' ? (e as { code?: unknown }).code : undefined);
+  return [codeOf(error), codeOf((error as { cause?: unknown } | null)?.cause)].some((code) => typeof code === 'string' && NEVER_SENT.has(code));
 }
 
 /** Settles a still pending permit with its input and no output: a request that reached the provider, unanswered. */
