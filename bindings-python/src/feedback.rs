@@ -70,8 +70,8 @@ pub fn wall_ms() -> u64 {
 
 /// The `provider` argument (`"auto"` when not given) as the core's hint.
 fn hint(py: Python<'_>, provider: Option<&Bound<'_, PyAny>>) -> PyResult<ProviderHint> {
-    const KNOWN: &str = "must be auto, open_ai, azure, groq, anthropic, gemini, bedrock, mistral, open_router, \
-                         deep_seek, together or cohere";
+    const KNOWN: &str = "must be auto, openai, azure, groq, anthropic, gemini, bedrock, mistral, openrouter, \
+                         deepseek, together or cohere";
     let Some(given) = provider.filter(|p| !p.is_none()) else { return Ok(ProviderHint::default()) };
     let name = args::text(given).map_err(|reason| invalid("provider", given, format!("{reason}; it {KNOWN}")))?;
     serde_json::from_value(serde_json::Value::String(name.clone()))

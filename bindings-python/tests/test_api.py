@@ -158,6 +158,13 @@ def test_classify_response_fields() -> None:
     assert llmgov.classify_response(200, {}, b"")["limited"] is False
 
 
+def test_providers_are_named_as_in_node_and_the_old_names_still_parse() -> None:
+    """Python took `open_ai`, Node `openai`: each refused the other's name."""
+    for name, old in [("openai", "open_ai"), ("openrouter", "open_router"), ("deepseek", "deep_seek")]:
+        for given in (name, old):
+            assert llmgov.classify_response(429, {}, b"", provider=given)["provider"] == name
+
+
 def test_retry_policy_follows_the_core() -> None:
     policy = llmgov.RetryPolicy(max_retries=1, base_delay_ms=100)
     first = policy.advise(429, {"retry-after": "2"}, b"", attempt=0)

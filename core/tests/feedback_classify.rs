@@ -115,9 +115,23 @@ fn classification_serializes_with_snake_case_names() {
     assert_eq!(json["dimension"], "tokens");
     assert_eq!(json["remaining"]["tokens"], 0);
     assert_eq!(json["reset_ms"]["tokens"], 1000);
-    assert_eq!(json["provider"], "open_ai");
+    assert_eq!(json["provider"], "openai");
     let back: Classification = serde_json::from_value(json).expect("round-trips");
     assert_eq!(back, c);
+}
+
+#[test]
+fn providers_are_named_as_they_write_themselves_and_the_old_names_still_parse() {
+    for (hint, name, old) in [
+        (ProviderHint::OpenAi, "openai", "open_ai"),
+        (ProviderHint::OpenRouter, "openrouter", "open_router"),
+        (ProviderHint::DeepSeek, "deepseek", "deep_seek"),
+    ] {
+        assert_eq!(serde_json::to_value(hint).unwrap(), name, "as Node names it");
+        for given in [name, old] {
+            assert_eq!(serde_json::from_value::<ProviderHint>(given.into()).unwrap(), hint, "{given}");
+        }
+    }
 }
 
 #[test]

@@ -60,7 +60,7 @@ static void classify_as_json(void) {
     CHECK_CONTAINS(json, "\"retry_after_ms\":1500");
     CHECK_CONTAINS(json, "\"remaining\":{\"requests\":0}");
     CHECK_CONTAINS(json, "\"reset_ms\":{\"requests\":111535}");
-    CHECK_CONTAINS(json, "\"provider\":\"open_ai\"");
+    CHECK_CONTAINS(json, "\"provider\":\"openai\"");
     llmgov_string_free(json);
 }
 

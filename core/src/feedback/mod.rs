@@ -130,12 +130,15 @@ impl std::fmt::Display for LimitDimension {
 /// told from OpenAI (a proxy may drop `x-groq-*`), so pass the hint when the
 /// caller knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+// Named as the providers write themselves (`openai`, not `open_ai`), in
+// every language; the snake_case names of the first releases still parse.
 #[serde(rename_all = "snake_case")]
 pub enum ProviderHint {
     /// Infer from the headers and body (see the type's docs).
     #[default]
     Auto,
     /// OpenAI, or any OpenAI-compatible API not listed here.
+    #[serde(rename = "openai", alias = "open_ai")]
     OpenAi,
     /// Azure OpenAI.
     Azure,
@@ -150,8 +153,10 @@ pub enum ProviderHint {
     /// Mistral.
     Mistral,
     /// OpenRouter.
+    #[serde(rename = "openrouter", alias = "open_router")]
     OpenRouter,
     /// DeepSeek.
+    #[serde(rename = "deepseek", alias = "deep_seek")]
     DeepSeek,
     /// Together AI.
     Together,
