@@ -194,6 +194,15 @@ test('an OpenAI stream cut after its usage chunk settles the larger of the usage
   assert.deepEqual(inUse(finished), { input: 9, output: 2 }, "a finished stream: the provider's count stands");
 });
 
+test('a body with a lone surrogate is estimated from its text and sent, as in Python', async () => {
+  const g = gov();
+  const { sent, fetchImpl } = recording(g, [{ body: '{}' }]);
+  const body = { model: 'gpt-4o', messages: [{ role: 'user', content: `half a pair: \ud800 ${LONG_TEXT}` }] };
+  await governed(g, fetchImpl)(OPENAI, post(body));
+  assert.equal(sent.length, 1);
+  assert.ok(sent[0].reserved.input > 500, `${sent[0].reserved.input}`);
+});
+
 test('a connection error refunds only a request that never left, as in Python', async () => {
   const failing = (code) => async () => {
     throw Object.assign(new TypeError('fetch failed'), { cause: Object.assign(new Error(code), { code }) });

@@ -177,7 +177,7 @@ export function governedFetch(gov: Governor, fetchImpl: Fetch, options: Governed
     const rewritten = bodyText === outgoing.text ? undefined : bodyText;
     // Not a JSON object (or no body): its text's estimate and no output, as Python's transport reserves.
     const estimate = body !== undefined
-      ? native.nativeEstimateRequest(bodyText!, api, counting)
+      ? estimateJson(bodyText!, api, counting)
       : { inputTokens: bodyText ? native.estimateTokens(bodyText) : 0, maxOutputTokens: 0, model: undefined };
     const route = gov.route(routeFor(view));
     const klass = typeof options.klass === 'function' ? options.klass(view) : options.klass;
@@ -358,6 +358,20 @@ function jsonObject(text: string): Record<string, any> | undefined {
     return value !== null && typeof value === 'object' && !Array.isArray(value) ? value : undefined;
   } catch {
     return undefined;
+  }
+}
+
+/**
+ * The core's estimate of a JSON body; one its parser refuses though
+ * JavaScript wrote it (a lone surrogate, which `JSON.stringify` escapes as
+ * `\ud800`) is estimated from its text: the provider may serve it, so it
+ * is not stopped here.
+ */
+function estimateJson(text: string, api: GovernedRequest['api'], counting: string): { inputTokens: number; maxOutputTokens?: number | null; model?: string | null } {
+  try {
+    return native.nativeEstimateRequest(text, api, counting);
+  } catch {
+    return { inputTokens: native.estimateTokens(text), maxOutputTokens: undefined, model: undefined };
   }
 }
 

@@ -435,6 +435,23 @@ def test_a_sync_call_failing_with_other_than_a_transport_error_settles_its_permi
     assert reserved == 0 and used > 100, "the permit was left pending"
 
 
+def test_a_body_with_a_lone_surrogate_is_estimated_from_its_text_and_sent() -> None:
+    """json.dumps escapes it as \\ud800, which the core's parser refuses:
+    the estimate raised InvalidRequest and the request never left."""
+    gov = llmgov.Governor.from_dict(ODD_GOVERNOR, clock="manual")
+    sent = []
+
+    def provider(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json={"usage": {"prompt_tokens": 7, "completion_tokens": 1}})
+
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "half a pair: \ud800"}], "max_tokens": 10}
+    with httpx.Client(transport=GovernedTransport(gov, paths="p", transport=httpx.MockTransport(provider))) as client:
+        # httpx's json= cannot encode it; json.dumps escapes it, as an SDK may.
+        assert client.post("http://x/v1/chat/completions", content=json.dumps(body).encode()).status_code == 200
+    assert len(sent) == 1 and tokens_held(gov) == (0, 8)
+
+
 def test_an_api_of_no_known_shape_is_estimated_by_its_input_as_in_node() -> None:
     """An embeddings body: its `input` counted exactly, as every binding
     estimates it, and no output, as it produces none."""

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from ._llmgov import _estimate_request, count_tokens, estimate_tokens
+from ._llmgov import InvalidRequest, _estimate_request, count_tokens, estimate_tokens
 
 #: `max_tokens` assumed for a request that sets none (OpenAI's chat API lets
 #: it out; reserving a model's whole context would starve everyone else).
@@ -48,7 +48,13 @@ def estimate(
     given_model = body.get("model")
     model = given_model if isinstance(given_model, str) else ""
     stream = body.get("stream") is True
-    input_tokens, max_out, _ = _estimate_request(text, shape, fast)
+    try:
+        input_tokens, max_out, _ = _estimate_request(text, shape, fast)
+    except InvalidRequest:
+        # JSON Python reads but the core's parser refuses (a lone surrogate,
+        # which json.dumps escapes as \ud800): the provider may serve it,
+        # so it is estimated from its text rather than stopped here.
+        input_tokens, max_out = estimate_tokens(text), None
     # None, or a 0 no provider accepts: the request states no cap. An API of
     # no known shape (embeddings, say) produces no output unless it caps one.
     uncapped = 0 if shape == "other" else default_max_tokens
