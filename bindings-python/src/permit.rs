@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use llmgov::{Permit, PermitState, Routed, Usage};
+use llmgov::{Permit, PermitState, Route, Routed, Usage};
+use parking_lot::{Mutex, MutexGuard};
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
 use pyo3::types::PyInt;
@@ -17,9 +18,16 @@ use crate::usage;
 /// A granted reservation. Settle it with actual usage, cancel it if the
 /// request was never sent; left alone it expires after the permit TTL,
 /// charged as estimated.
-#[pyclass(name = "Permit", module = "llmgov._llmgov")]
+///
+/// Frozen, the core permit behind a lock: threads sharing it take turns
+/// rather than meet PyO3's "Already borrowed". The lock is never held while
+/// Python code runs (arguments are converted first, and `report`, whose
+/// event hook is Python, needs only the copies of route and grant time).
+#[pyclass(name = "Permit", module = "llmgov._llmgov", frozen)]
 pub struct PyPermit {
-    permit: Permit,
+    permit: Mutex<Permit>,
+    route: Route,
+    acquired_at: u64,
     gov: Py<PyGovernor>,
     /// Where a request admitted through a profile went.
     choice: Option<Box<Choice>>,
@@ -35,39 +43,61 @@ struct Choice {
 
 impl PyPermit {
     pub fn new(permit: Permit, gov: Py<PyGovernor>) -> Self {
-        PyPermit { permit, gov, choice: None }
+        Self::with_choice(permit, gov, None)
+    }
+
+    fn with_choice(permit: Permit, gov: Py<PyGovernor>, choice: Option<Box<Choice>>) -> Self {
+        let (route, acquired_at) = (permit.route(), permit.acquired_at());
+        PyPermit { permit: Mutex::new(permit), route, acquired_at, gov, choice }
+    }
+
+    /// The core permit, locked. A thread finding it locked waits with the
+    /// GIL released: the holder may need the GIL to finish (to return to
+    /// Python), and would otherwise wait for this thread forever. The
+    /// uncontended path is one compare-and-swap.
+    #[inline]
+    fn lock(&self, py: Python<'_>) -> MutexGuard<'_, Permit> {
+        loop {
+            if let Some(permit) = self.permit.try_lock() {
+                return permit;
+            }
+            // A guard cannot leave the detached closure (it is not Send):
+            // wait for the lock there, then take it again holding the GIL.
+            py.detach(|| drop(self.permit.lock()));
+        }
     }
 
     /// A permit admitted through a profile, with where it went.
     pub fn routed(routed: Routed, gov: Py<PyGovernor>) -> Self {
         let Routed { permit, profile, deployment, fell_back, degraded, .. } = routed;
         let choice = Choice { profile, deployment, fell_back, degraded };
-        PyPermit { permit, gov, choice: Some(Box::new(choice)) }
+        Self::with_choice(permit, gov, Some(Box::new(choice)))
     }
 
-    fn settle_usage(&mut self, py: Python<'_>, usage: Usage) -> PyResult<()> {
-        self.gov.bind(py).get().gov.settle(&mut self.permit, usage).py_err()
+    fn settle_usage(&self, py: Python<'_>, permit: &mut Permit, usage: Usage) -> PyResult<()> {
+        self.gov.bind(py).get().gov.settle(permit, usage).py_err()
     }
 
     /// Cancels it if it is still pending: a permit granted to a caller that
     /// never received it (see `wake::Acquiring`). Nothing to give back if it
     /// is finished or expired.
-    pub fn give_back(&mut self, py: Python<'_>) {
-        let _ = self.gov.bind(py).get().gov.cancel(&mut self.permit);
+    pub fn give_back(&self, py: Python<'_>) {
+        let _ = self.gov.bind(py).get().gov.cancel(&mut self.lock(py));
     }
 
     /// What leaving a `with` block does: an exception (`exc_type` not
     /// None) cancels a pending permit; otherwise a pending permit is
     /// settled as estimated.
-    pub fn leave(&mut self, py: Python<'_>, exc_type: &Bound<'_, PyAny>) -> PyResult<()> {
-        if self.permit.state() != PermitState::Pending {
+    pub fn leave(&self, py: Python<'_>, exc_type: &Bound<'_, PyAny>) -> PyResult<()> {
+        let mut permit = self.lock(py);
+        if permit.state() != PermitState::Pending {
             return Ok(());
         }
         if exc_type.is_none() {
-            let charged = self.permit.charged();
-            self.settle_usage(py, charged)
+            let charged = permit.charged();
+            self.settle_usage(py, &mut permit, charged)
         } else {
-            self.gov.bind(py).get().gov.cancel(&mut self.permit).py_err()
+            self.gov.bind(py).get().gov.cancel(&mut permit).py_err()
         }
     }
 }
@@ -81,7 +111,7 @@ impl PyPermit {
     /// estimate and `settle()` settles as estimated.
     #[pyo3(signature = (input_tokens = None, output_tokens = None, *, cached_input_tokens = None, usage = None))]
     fn settle(
-        &mut self,
+        &self,
         py: Python<'_>,
         input_tokens: Option<&Bound<'_, PyAny>>,
         output_tokens: Option<&Bound<'_, PyAny>>,
@@ -89,37 +119,39 @@ impl PyPermit {
         usage: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let (input_tokens, usage) = usage::first_is_usage(input_tokens, usage);
-        let actual = match usage.filter(|u| !u.is_none()) {
-            Some(given) => {
-                if input_tokens.is_some() || output_tokens.is_some() || cached_input_tokens.is_some() {
-                    let reason = "give either a usage object or token counts, not both";
-                    return Err(invalid("usage", given, reason));
-                }
-                usage::from_python(given)?
+        // A usage object is read (its attributes may run Python code)
+        // before the permit is locked; so are the counts.
+        if let Some(given) = usage.filter(|u| !u.is_none()) {
+            if input_tokens.is_some() || output_tokens.is_some() || cached_input_tokens.is_some() {
+                let reason = "give either a usage object or token counts, not both";
+                return Err(invalid("usage", given, reason));
             }
-            None => {
-                let charged = self.permit.charged();
-                let input = count("input_tokens", input_tokens)?.unwrap_or(charged.input_tokens);
-                let cached_default = charged.cached_input_tokens.min(input);
-                Usage {
-                    input_tokens: input,
-                    output_tokens: count("output_tokens", output_tokens)?.unwrap_or(charged.output_tokens),
-                    cached_input_tokens: count("cached_input_tokens", cached_input_tokens)?.unwrap_or(cached_default),
-                }
-            }
+            let actual = usage::from_python(given)?;
+            return self.settle_usage(py, &mut self.lock(py), actual);
+        }
+        let input = count("input_tokens", input_tokens)?;
+        let output = count("output_tokens", output_tokens)?;
+        let cached = count("cached_input_tokens", cached_input_tokens)?;
+        let mut permit = self.lock(py);
+        let charged = permit.charged();
+        let input = input.unwrap_or(charged.input_tokens);
+        let actual = Usage {
+            input_tokens: input,
+            output_tokens: output.unwrap_or(charged.output_tokens),
+            cached_input_tokens: cached.unwrap_or(charged.cached_input_tokens.min(input)),
         };
-        self.settle_usage(py, actual)
+        self.settle_usage(py, &mut permit, actual)
     }
 
     /// Refunds everything: the request was never sent.
-    fn cancel(&mut self, py: Python<'_>) -> PyResult<()> {
-        self.gov.bind(py).get().gov.cancel(&mut self.permit).py_err()
+    fn cancel(&self, py: Python<'_>) -> PyResult<()> {
+        self.gov.bind(py).get().gov.cancel(&mut self.lock(py)).py_err()
     }
 
     /// Charges `tokens` more streamed output (beyond the reservation only).
-    fn add_output(&mut self, py: Python<'_>, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn add_output(&self, py: Python<'_>, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
         let tokens = count_of("tokens", tokens)?;
-        self.gov.bind(py).get().gov.add_output(&mut self.permit, tokens).py_err()
+        self.gov.bind(py).get().gov.add_output(&mut self.lock(py), tokens).py_err()
     }
 
     /// Feeds the provider's answer back into the route's provider scopes
@@ -142,15 +174,16 @@ impl PyPermit {
         } else {
             response_parts(status_or_response)?
         };
+        // Not locked: the event hook this may call is Python code.
         let gov = &self.gov.bind(py).get().gov;
-        let classification = gov.report(&self.permit, status, &headers, &body).py_err()?;
+        let classification = gov.report_sent(self.route, self.acquired_at, status, &headers, &body).py_err()?;
         to_python(py, &classification)
     }
 
     /// `pending`, `settled`, `cancelled` or `expired`.
     #[getter]
-    fn state(&self) -> &'static str {
-        match self.permit.state() {
+    fn state(&self, py: Python<'_>) -> &'static str {
+        match self.lock(py).state() {
             PermitState::Pending => "pending",
             PermitState::Settled => "settled",
             PermitState::Cancelled => "cancelled",
@@ -162,7 +195,8 @@ impl PyPermit {
     /// `output_tokens` (the estimate until settled).
     #[getter]
     fn charged<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_python(py, &self.permit.charged())
+        let charged = self.lock(py).charged();
+        to_python(py, &charged)
     }
 
     /// The profile that admitted it (a fallback's or a cheaper one's, if
@@ -195,8 +229,8 @@ impl PyPermit {
 
     /// When it expires unreconciled, on the governor's clock (ms).
     #[getter]
-    fn expires_at_ms(&self) -> f64 {
-        self.permit.expires_at() as f64 / 1e6
+    fn expires_at_ms(&self, py: Python<'_>) -> f64 {
+        self.lock(py).expires_at() as f64 / 1e6
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -208,7 +242,7 @@ impl PyPermit {
     /// settled as estimated, freeing its concurrency slot now rather than
     /// at expiry.
     fn __exit__(
-        &mut self,
+        &self,
         py: Python<'_>,
         exc_type: &Bound<'_, PyAny>,
         _exc: &Bound<'_, PyAny>,
@@ -223,7 +257,7 @@ impl PyPermit {
     }
 
     fn __aexit__(
-        &mut self,
+        &self,
         py: Python<'_>,
         exc_type: &Bound<'_, PyAny>,
         _exc: &Bound<'_, PyAny>,
@@ -233,9 +267,14 @@ impl PyPermit {
         Ok(Ready::of(false.into_pyobject(py)?.to_owned().into_any().unbind()))
     }
 
-    fn __repr__(&self) -> String {
-        let c = self.permit.charged();
-        format!("Permit(state={:?}, input_tokens={}, output_tokens={})", self.state(), c.input_tokens, c.output_tokens)
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let c = self.lock(py).charged();
+        format!(
+            "Permit(state={:?}, input_tokens={}, output_tokens={})",
+            self.state(py),
+            c.input_tokens,
+            c.output_tokens
+        )
     }
 }
 

@@ -198,7 +198,7 @@ impl Reservation {
         // A block still waiting to enter (in another task) keeps its mark.
         if let Entry::Entered(_) = self.entry {
             if let Entry::Entered(permit) = std::mem::replace(&mut self.entry, Entry::Free) {
-                permit.bind(py).borrow_mut().leave(py, exc_type)?;
+                permit.bind(py).get().leave(py, exc_type)?;
             }
         }
         Ok(false)

@@ -357,7 +357,7 @@ impl Acquiring {
                 return Ok(());
             }
             let permit = future.call_method0(intern!(py, "result"))?;
-            permit.cast::<PyPermit>()?.borrow_mut().give_back(py);
+            permit.cast::<PyPermit>()?.get().give_back(py);
             Ok(())
         })();
         if let Err(error) = given_back {

@@ -285,9 +285,24 @@ impl Governor {
         headers: &[(K, V)],
         body: &[u8],
     ) -> Result<Classification> {
+        self.report_sent(permit.route(), permit.acquired_at(), status, headers, body)
+    }
+
+    /// As [`Self::report`], for the request of a permit on `route` granted
+    /// at `acquired_at` ([`Permit::acquired_at`]): for bindings that keep
+    /// the permit behind a lock they must not hold while the event hook
+    /// (the caller's code) runs.
+    pub fn report_sent<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        route: Route,
+        acquired_at: u64,
+        status: u16,
+        headers: &[(K, V)],
+        body: &[u8],
+    ) -> Result<Classification> {
         let wall_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         let feedback = classify_response(status, headers, body, ProviderHint::Auto, wall_ms);
-        self.feed_back(permit.route(), &feedback, Some(permit.acquired_at()))?;
+        self.feed_back(route, &feedback, Some(acquired_at))?;
         Ok(feedback)
     }
 

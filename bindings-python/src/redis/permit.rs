@@ -3,6 +3,7 @@
 
 use llmgov::Usage;
 use llmgov_redis::SharedPermit;
+use parking_lot::{Mutex, MutexGuard};
 use pyo3::prelude::*;
 
 use super::PyRedisGovernor;
@@ -14,10 +15,17 @@ use crate::usage;
 /// A granted reservation of a `RedisGovernor`. Settle it with the actual
 /// usage (what was over-reserved goes back to Redis, what was under is
 /// charged), or cancel it if the request was never sent.
-#[pyclass(name = "RedisPermit", module = "llmgov._llmgov")]
+///
+/// Frozen, its state behind a lock, so that threads sharing it take turns
+/// rather than meet PyO3's "Already borrowed".
+#[pyclass(name = "RedisPermit", module = "llmgov._llmgov", frozen)]
 pub struct PyRedisPermit {
-    permit: SharedPermit,
+    inner: Mutex<Inner>,
     gov: Py<PyRedisGovernor>,
+}
+
+struct Inner {
+    permit: SharedPermit,
     /// The estimate until reconciled, then what was settled (zero if cancelled).
     charged: Usage,
     state: &'static str,
@@ -25,24 +33,37 @@ pub struct PyRedisPermit {
 
 impl PyRedisPermit {
     pub fn new(permit: SharedPermit, estimate: Usage, gov: Py<PyRedisGovernor>) -> Self {
-        PyRedisPermit { permit, gov, charged: estimate, state: "pending" }
+        PyRedisPermit { inner: Mutex::new(Inner { permit, charged: estimate, state: "pending" }), gov }
     }
 
-    fn settle_usage(&mut self, py: Python<'_>, actual: Usage) -> PyResult<()> {
-        let gov = self.gov.bind(py).get();
-        let permit = &mut self.permit;
-        py.detach(|| gov.gov.settle(permit, actual)).py_err()?;
-        self.charged = actual;
-        self.state = "settled";
-        Ok(())
+    /// The state, locked. A thread finding it locked waits with the GIL
+    /// released: the holder may be waiting for the GIL to come back from
+    /// Redis, and would otherwise wait for this thread forever.
+    fn lock(&self, py: Python<'_>) -> MutexGuard<'_, Inner> {
+        loop {
+            if let Some(inner) = self.inner.try_lock() {
+                return inner;
+            }
+            // A guard cannot leave the detached closure (it is not Send).
+            py.detach(|| drop(self.inner.lock()));
+        }
     }
 
-    fn cancel_now(&mut self, py: Python<'_>) -> PyResult<()> {
+    /// Settles (`Some`) or cancels (`None`). The lock is kept while Redis is
+    /// called with the GIL released: reconciling takes the permit itself
+    /// (`&mut`), and a second call must find it reconciled, not race it.
+    /// That holds no one up on the GIL: waiters for the lock release it.
+    fn finish(&self, py: Python<'_>, actual: Option<Usage>) -> PyResult<()> {
         let gov = self.gov.bind(py).get();
-        let permit = &mut self.permit;
-        py.detach(|| gov.gov.cancel(permit)).py_err()?;
-        self.charged = Usage::default();
-        self.state = "cancelled";
+        let mut inner = self.lock(py);
+        let permit = &mut inner.permit;
+        match actual {
+            Some(actual) => py.detach(|| gov.gov.settle(permit, actual)),
+            None => py.detach(|| gov.gov.cancel(permit)),
+        }
+        .py_err()?;
+        inner.charged = actual.unwrap_or_default();
+        inner.state = if actual.is_some() { "settled" } else { "cancelled" };
         Ok(())
     }
 }
@@ -56,7 +77,7 @@ impl PyRedisPermit {
     /// settles as estimated.
     #[pyo3(signature = (input_tokens = None, output_tokens = None, *, cached_input_tokens = None, usage = None))]
     fn settle(
-        &mut self,
+        &self,
         py: Python<'_>,
         input_tokens: Option<&Bound<'_, PyAny>>,
         output_tokens: Option<&Bound<'_, PyAny>>,
@@ -64,51 +85,62 @@ impl PyRedisPermit {
         usage: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let (input_tokens, usage) = usage::first_is_usage(input_tokens, usage);
+        // Everything is read from Python (a usage object's attributes may
+        // run Python code) before the lock is taken.
         let actual = match usage.filter(|u| !u.is_none()) {
             Some(given) => {
                 if input_tokens.is_some() || output_tokens.is_some() || cached_input_tokens.is_some() {
                     return Err(invalid("usage", given, "give either a usage object or token counts, not both"));
                 }
-                usage::from_python(given)?
+                Some(usage::from_python(given)?)
             }
+            None => None,
+        };
+        let actual = match actual {
+            Some(actual) => actual,
             None => {
-                let estimate = self.charged;
-                let input = count("input_tokens", input_tokens)?.unwrap_or(estimate.input_tokens);
+                let input = count("input_tokens", input_tokens)?;
+                let output = count("output_tokens", output_tokens)?;
+                let cached = count("cached_input_tokens", cached_input_tokens)?;
+                // The estimate, read now: once reconciled, the settle below
+                // refuses whatever these counts say.
+                let estimate = self.lock(py).charged;
+                let input = input.unwrap_or(estimate.input_tokens);
                 Usage {
                     input_tokens: input,
-                    output_tokens: count("output_tokens", output_tokens)?.unwrap_or(estimate.output_tokens),
-                    cached_input_tokens: count("cached_input_tokens", cached_input_tokens)?
-                        .unwrap_or(estimate.cached_input_tokens.min(input)),
+                    output_tokens: output.unwrap_or(estimate.output_tokens),
+                    cached_input_tokens: cached.unwrap_or(estimate.cached_input_tokens.min(input)),
                 }
             }
         };
-        self.settle_usage(py, actual)
+        self.finish(py, Some(actual))
     }
 
     /// Gives the whole reservation back: the request was never sent.
-    fn cancel(&mut self, py: Python<'_>) -> PyResult<()> {
-        self.cancel_now(py)
+    fn cancel(&self, py: Python<'_>) -> PyResult<()> {
+        self.finish(py, None)
     }
 
     /// `pending`, `settled` or `cancelled`.
     #[getter]
-    fn state(&self) -> &'static str {
-        self.state
+    fn state(&self, py: Python<'_>) -> &'static str {
+        self.lock(py).state
     }
 
     /// What is charged: the estimate until settled, then the actual usage
     /// (`input_tokens`, `cached_input_tokens`, `output_tokens`).
     #[getter]
     fn charged<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_python(py, &self.charged)
+        let charged = self.lock(py).charged;
+        to_python(py, &charged)
     }
 
     /// Whether the shared scopes were served from the safe local share
     /// because Redis was unreachable.
     #[getter]
     #[allow(clippy::wrong_self_convention)] // a property, named as `SharedPermit::from_fallback`
-    fn from_fallback(&self) -> bool {
-        self.permit.from_fallback()
+    fn from_fallback(&self, py: Python<'_>) -> bool {
+        self.lock(py).permit.from_fallback()
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -118,30 +150,33 @@ impl PyRedisPermit {
     /// Leaving a `with` block: an exception cancels a pending permit;
     /// otherwise a pending permit is settled as estimated.
     fn __exit__(
-        &mut self,
+        &self,
         py: Python<'_>,
         exc_type: &Bound<'_, PyAny>,
         _exc: &Bound<'_, PyAny>,
         _tb: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
-        if self.state == "pending" {
-            if exc_type.is_none() {
-                self.settle_usage(py, self.charged)?;
-            } else {
-                self.cancel_now(py)?;
-            }
+        let (state, estimate) = {
+            let inner = self.lock(py);
+            (inner.state, inner.charged)
+        };
+        if state == "pending" {
+            // Another thread may reconcile it in between: then this one
+            // raises AlreadyReconciled, as a second settle does.
+            self.finish(py, exc_type.is_none().then_some(estimate))?;
         }
         Ok(false)
     }
 
-    fn __repr__(&self) -> String {
-        let c = self.charged;
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let inner = self.lock(py);
+        let c = inner.charged;
         format!(
             "RedisPermit(state={:?}, input_tokens={}, output_tokens={}, from_fallback={})",
-            self.state,
+            inner.state,
             c.input_tokens,
             c.output_tokens,
-            self.permit.from_fallback()
+            inner.permit.from_fallback()
         )
     }
 }
