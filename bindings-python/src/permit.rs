@@ -87,17 +87,24 @@ impl PyPermit {
 
     /// What leaving a `with` block does: an exception (`exc_type` not
     /// None) cancels a pending permit; otherwise a pending permit is
-    /// settled as estimated.
+    /// settled as estimated. A permit found past its TTL is left expired:
+    /// it was charged as estimated, as a settle would have, and raising
+    /// PermitExpired here would replace the block's own exception.
     pub fn leave(&self, py: Python<'_>, exc_type: &Bound<'_, PyAny>) -> PyResult<()> {
         let mut permit = self.lock(py);
         if permit.state() != PermitState::Pending {
             return Ok(());
         }
-        if exc_type.is_none() {
+        let gov = &self.gov.bind(py).get().gov;
+        let left = if exc_type.is_none() {
             let charged = permit.charged();
-            self.settle_usage(py, &mut permit, charged)
+            gov.settle(&mut permit, charged)
         } else {
-            self.gov.bind(py).get().gov.cancel(&mut permit).py_err()
+            gov.cancel(&mut permit)
+        };
+        match left {
+            Err(llmgov::Error::PermitExpired) => Ok(()),
+            other => other.py_err(),
         }
     }
 }
