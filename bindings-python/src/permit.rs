@@ -25,12 +25,43 @@ use crate::usage;
 /// event hook is Python, needs only the copies of route and grant time).
 #[pyclass(name = "Permit", module = "llmgov._llmgov", frozen)]
 pub struct PyPermit {
-    permit: Mutex<Permit>,
+    held: Mutex<Held>,
     route: Route,
     acquired_at: u64,
     gov: Py<PyGovernor>,
     /// Where a request admitted through a profile went.
     choice: Option<Box<Choice>>,
+}
+
+/// The core permit, and what it was reconciled with.
+struct Held {
+    permit: Permit,
+    /// The usage it was settled with (zero if cancelled): what `charged`
+    /// shows once it is finished. The core permit keeps its estimate.
+    settled: Option<Usage>,
+}
+
+impl Held {
+    /// Settles it with `actual` and keeps that as what it was charged.
+    fn settle(&mut self, gov: &llmgov::Governor, actual: Usage) -> llmgov::Result<()> {
+        gov.settle(&mut self.permit, actual)?;
+        self.settled = Some(actual);
+        Ok(())
+    }
+
+    /// Cancels it: nothing is charged any more.
+    fn cancel(&mut self, gov: &llmgov::Governor) -> llmgov::Result<()> {
+        gov.cancel(&mut self.permit)?;
+        self.settled = Some(Usage::default());
+        Ok(())
+    }
+
+    /// What is charged: the settled usage once settled or cancelled, else
+    /// the estimate raised by streamed output (pending, or expired and so
+    /// charged as estimated).
+    fn charged(&self) -> Usage {
+        self.settled.unwrap_or_else(|| self.permit.charged())
+    }
 }
 
 /// The profile and deployment a routed request was admitted on.
@@ -48,7 +79,7 @@ impl PyPermit {
 
     fn with_choice(permit: Permit, gov: Py<PyGovernor>, choice: Option<Box<Choice>>) -> Self {
         let (route, acquired_at) = (permit.route(), permit.acquired_at());
-        PyPermit { permit: Mutex::new(permit), route, acquired_at, gov, choice }
+        PyPermit { held: Mutex::new(Held { permit, settled: None }), route, acquired_at, gov, choice }
     }
 
     /// The core permit, locked. A thread finding it locked waits with the
@@ -56,14 +87,14 @@ impl PyPermit {
     /// Python), and would otherwise wait for this thread forever. The
     /// uncontended path is one compare-and-swap.
     #[inline]
-    fn lock(&self, py: Python<'_>) -> MutexGuard<'_, Permit> {
+    fn lock(&self, py: Python<'_>) -> MutexGuard<'_, Held> {
         loop {
-            if let Some(permit) = self.permit.try_lock() {
-                return permit;
+            if let Some(held) = self.held.try_lock() {
+                return held;
             }
             // A guard cannot leave the detached closure (it is not Send):
             // wait for the lock there, then take it again holding the GIL.
-            py.detach(|| drop(self.permit.lock()));
+            py.detach(|| drop(self.held.lock()));
         }
     }
 
@@ -74,15 +105,15 @@ impl PyPermit {
         Self::with_choice(permit, gov, Some(Box::new(choice)))
     }
 
-    fn settle_usage(&self, py: Python<'_>, permit: &mut Permit, usage: Usage) -> PyResult<()> {
-        self.gov.bind(py).get().gov.settle(permit, usage).py_err()
+    fn settle_usage(&self, py: Python<'_>, held: &mut Held, usage: Usage) -> PyResult<()> {
+        held.settle(&self.gov.bind(py).get().gov, usage).py_err()
     }
 
     /// Cancels it if it is still pending: a permit granted to a caller that
     /// never received it (see `wake::Acquiring`). Nothing to give back if it
     /// is finished or expired.
     pub fn give_back(&self, py: Python<'_>) {
-        let _ = self.gov.bind(py).get().gov.cancel(&mut self.lock(py));
+        let _ = self.lock(py).cancel(&self.gov.bind(py).get().gov);
     }
 
     /// What leaving a `with` block does: an exception (`exc_type` not
@@ -91,16 +122,16 @@ impl PyPermit {
     /// it was charged as estimated, as a settle would have, and raising
     /// PermitExpired here would replace the block's own exception.
     pub fn leave(&self, py: Python<'_>, exc_type: &Bound<'_, PyAny>) -> PyResult<()> {
-        let mut permit = self.lock(py);
-        if permit.state() != PermitState::Pending {
+        let mut held = self.lock(py);
+        if held.permit.state() != PermitState::Pending {
             return Ok(());
         }
         let gov = &self.gov.bind(py).get().gov;
         let left = if exc_type.is_none() {
-            let charged = permit.charged();
-            gov.settle(&mut permit, charged)
+            let charged = held.permit.charged();
+            held.settle(gov, charged)
         } else {
-            gov.cancel(&mut permit)
+            held.cancel(gov)
         };
         match left {
             Err(llmgov::Error::PermitExpired) => Ok(()),
@@ -139,26 +170,26 @@ impl PyPermit {
         let input = count("input_tokens", input_tokens)?;
         let output = count("output_tokens", output_tokens)?;
         let cached = count("cached_input_tokens", cached_input_tokens)?;
-        let mut permit = self.lock(py);
-        let charged = permit.charged();
+        let mut held = self.lock(py);
+        let charged = held.permit.charged();
         let input = input.unwrap_or(charged.input_tokens);
         let actual = Usage {
             input_tokens: input,
             output_tokens: output.unwrap_or(charged.output_tokens),
             cached_input_tokens: cached.unwrap_or(charged.cached_input_tokens.min(input)),
         };
-        self.settle_usage(py, &mut permit, actual)
+        self.settle_usage(py, &mut held, actual)
     }
 
     /// Refunds everything: the request was never sent.
     fn cancel(&self, py: Python<'_>) -> PyResult<()> {
-        self.gov.bind(py).get().gov.cancel(&mut self.lock(py)).py_err()
+        self.lock(py).cancel(&self.gov.bind(py).get().gov).py_err()
     }
 
     /// Charges `tokens` more streamed output (beyond the reservation only).
     fn add_output(&self, py: Python<'_>, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
         let tokens = count_of("tokens", tokens)?;
-        self.gov.bind(py).get().gov.add_output(&mut self.lock(py), tokens).py_err()
+        self.gov.bind(py).get().gov.add_output(&mut self.lock(py).permit, tokens).py_err()
     }
 
     /// Feeds the provider's answer back into the route's provider scopes
@@ -187,10 +218,15 @@ impl PyPermit {
         to_python(py, &classification)
     }
 
-    /// `pending`, `settled`, `cancelled` or `expired`.
+    /// `pending`, `settled`, `cancelled` or `expired`: expired from the
+    /// moment the governor's clock reaches `expires_at_ms` unreconciled,
+    /// when settling it would raise PermitExpired.
     #[getter]
     fn state(&self, py: Python<'_>) -> &'static str {
-        match self.lock(py).state() {
+        let held = self.lock(py);
+        match held.permit.state() {
+            // As the core decides at settle: expired once `now >= expires_at`.
+            PermitState::Pending if self.gov.bind(py).get().gov.clock().now() >= held.permit.expires_at() => "expired",
             PermitState::Pending => "pending",
             PermitState::Settled => "settled",
             PermitState::Cancelled => "cancelled",
@@ -199,7 +235,9 @@ impl PyPermit {
     }
 
     /// What is charged so far: `input_tokens`, `cached_input_tokens`,
-    /// `output_tokens` (the estimate until settled).
+    /// `output_tokens`. The estimate (raised by streamed output) while
+    /// pending or once expired; the settled usage once settled; zero once
+    /// cancelled.
     #[getter]
     fn charged<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let charged = self.lock(py).charged();
@@ -237,7 +275,7 @@ impl PyPermit {
     /// When it expires unreconciled, on the governor's clock (ms).
     #[getter]
     fn expires_at_ms(&self, py: Python<'_>) -> f64 {
-        self.lock(py).expires_at() as f64 / 1e6
+        self.lock(py).permit.expires_at() as f64 / 1e6
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

@@ -71,3 +71,43 @@ def test_async_blocks_after_the_ttl_keep_their_exception(gov: llmgov.Governor, b
     asyncio.run(late(False))
     with pytest.raises(Boom):
         asyncio.run(late(True))
+
+
+ZERO = {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0}
+
+
+def test_charged_is_the_settled_usage_once_settled(gov: llmgov.Governor) -> None:
+    permit = gov.try_acquire("p", input_tokens=100, max_output_tokens=50)
+    assert permit.charged == {"input_tokens": 100, "cached_input_tokens": 0, "output_tokens": 50}
+    permit.settle(80, 20)
+    assert permit.charged == {"input_tokens": 80, "cached_input_tokens": 0, "output_tokens": 20}
+
+
+def test_charged_is_zero_once_cancelled(gov: llmgov.Governor) -> None:
+    permit = gov.try_acquire("p", input_tokens=100, max_output_tokens=50)
+    permit.cancel()
+    assert permit.charged == ZERO
+    with gov.try_acquire("p", input_tokens=100, max_output_tokens=50) as left:
+        pass
+    assert left.charged["output_tokens"] == 50
+    with pytest.raises(Boom):
+        with gov.try_acquire("p", input_tokens=100, max_output_tokens=50) as failed:
+            raise Boom()
+    assert failed.charged == ZERO
+
+
+def test_state_is_expired_exactly_when_settle_would_say_so(gov: llmgov.Governor) -> None:
+    early = gov.try_acquire("p", input_tokens=100, max_output_tokens=50)
+    late = gov.try_acquire("p", input_tokens=100, max_output_tokens=50)
+    assert late.expires_at_ms == early.expires_at_ms
+    gov.advance(early.expires_at_ms - gov.now_ms - 1)
+    assert early.state == late.state == "pending"
+    early.settle()
+    gov.advance(1)
+    # At its expiry, before anything reconciles it: expired, and settle agrees.
+    assert late.state == "expired"
+    assert late.charged == {"input_tokens": 100, "cached_input_tokens": 0, "output_tokens": 50}
+    with pytest.raises(llmgov.PermitExpired):
+        late.settle(1, 1)
+    assert late.state == "expired"
+    assert late.charged["output_tokens"] == 50
