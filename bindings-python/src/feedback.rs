@@ -8,7 +8,7 @@ use llmgov::{Classification, Clock, MonotonicClock};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
-use crate::args::{self, type_name};
+use crate::args::{self, no_unknown, type_name};
 use crate::convert::to_python;
 use crate::errors::{invalid, IntoPyResult};
 
@@ -99,7 +99,7 @@ fn classified(
 /// `kind`, `dimension`, `retry_after_ms`, `remaining`, `limit`, `reset_ms`,
 /// `retryable`, `provider`, `status` (the HTTP status it was read as).
 #[pyfunction]
-#[pyo3(signature = (status, headers = None, body = None, provider = None),
+#[pyo3(signature = (status, headers = None, body = None, provider = None, **extra),
     text_signature = "(status, headers=None, body=None, provider='auto')")]
 pub fn classify_response<'py>(
     py: Python<'py>,
@@ -107,7 +107,9 @@ pub fn classify_response<'py>(
     headers: Option<&Bound<'py, PyAny>>,
     body: Option<&Bound<'py, PyAny>>,
     provider: Option<&Bound<'py, PyAny>>,
+    extra: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    no_unknown("classify_response", extra)?;
     let (_, classification) = classified(py, status, headers, body, provider)?;
     to_python(py, &classification)
 }
@@ -153,7 +155,9 @@ impl PyRetryPolicy {
     /// 500 ms base, 8 s cap, 10% budget over 60 s with at least 10 retries).
     #[new]
     #[pyo3(signature = (*, max_retries = None, base_delay_ms = None, max_delay_ms = None,
-        budget_ratio = None, budget_min_retries = None, budget_window_ms = None))]
+        budget_ratio = None, budget_min_retries = None, budget_window_ms = None, **extra),
+        text_signature = "(*, max_retries=None, base_delay_ms=None, max_delay_ms=None, budget_ratio=None, \
+                          budget_min_retries=None, budget_window_ms=None)")]
     fn new(
         max_retries: Option<&Bound<'_, PyAny>>,
         base_delay_ms: Option<&Bound<'_, PyAny>>,
@@ -161,7 +165,9 @@ impl PyRetryPolicy {
         budget_ratio: Option<&Bound<'_, PyAny>>,
         budget_min_retries: Option<&Bound<'_, PyAny>>,
         budget_window_ms: Option<&Bound<'_, PyAny>>,
+        extra: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
+        no_unknown("RetryPolicy", extra)?;
         let defaults = RetryConfig::default();
         let small = |field: &str, v: Option<&Bound<'_, PyAny>>, default: u32| -> PyResult<u32> {
             match args::count(field, v)? {
@@ -199,7 +205,7 @@ impl PyRetryPolicy {
     /// "delay_ms": ..., "reason": {...}}` or `{"advice": "give_up",
     /// "reason": {...}}`. `attempt` counts the retries already made;
     /// `deadline_ms` is how long from now the retry may still start.
-    #[pyo3(signature = (status, headers = None, body = None, *, attempt, deadline_ms = None, provider = None),
+    #[pyo3(signature = (status, headers = None, body = None, *, attempt, deadline_ms = None, provider = None, **extra),
         text_signature = "($self, status, headers=None, body=None, *, attempt, deadline_ms=None, provider='auto')")]
     #[allow(clippy::too_many_arguments)]
     fn advise<'py>(
@@ -211,19 +217,24 @@ impl PyRetryPolicy {
         attempt: &Bound<'py, PyAny>,
         deadline_ms: Option<&Bound<'py, PyAny>>,
         provider: Option<&Bound<'py, PyAny>>,
+        extra: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        no_unknown("RetryPolicy.advise", extra)?;
         let (status, classification) = classified(py, status, headers, body, provider)?;
         self.advice(py, Outcome::response(status, &classification), attempt, deadline_ms)
     }
 
     /// Advice after a connection failure (no answer arrived).
-    #[pyo3(signature = (*, attempt, deadline_ms = None))]
+    #[pyo3(signature = (*, attempt, deadline_ms = None, **extra),
+        text_signature = "($self, *, attempt, deadline_ms=None)")]
     fn advise_connection_error<'py>(
         &self,
         py: Python<'py>,
         attempt: &Bound<'py, PyAny>,
         deadline_ms: Option<&Bound<'py, PyAny>>,
+        extra: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        no_unknown("RetryPolicy.advise_connection_error", extra)?;
         self.advice(py, Outcome::ConnectionError, attempt, deadline_ms)
     }
 

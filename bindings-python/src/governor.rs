@@ -87,38 +87,64 @@ impl PyGovernor {
 
     /// A governor from TOML text or a TOML file.
     #[staticmethod]
-    #[pyo3(signature = (source, clock = None), text_signature = "(source, clock='monotonic')")]
-    fn from_toml(py: Python<'_>, source: &Bound<'_, PyAny>, clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (source, clock = None, **extra), text_signature = "(source, clock='monotonic')")]
+    fn from_toml(
+        py: Python<'_>,
+        source: &Bound<'_, PyAny>,
+        clock: Option<&Bound<'_, PyAny>>,
+        extra: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        no_unknown("Governor.from_toml", extra)?;
         let text = config_source::toml_text(py, source)?;
         Self::build(py, Config::from_toml(&text).py_err()?, clock)
     }
 
     /// A governor from JSON text.
     #[staticmethod]
-    #[pyo3(signature = (text, clock = None), text_signature = "(text, clock='monotonic')")]
-    fn from_json(py: Python<'_>, text: &Bound<'_, PyAny>, clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (text, clock = None, **extra), text_signature = "(text, clock='monotonic')")]
+    fn from_json(
+        py: Python<'_>,
+        text: &Bound<'_, PyAny>,
+        clock: Option<&Bound<'_, PyAny>>,
+        extra: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        no_unknown("Governor.from_json", extra)?;
         let text = config_source::text(py, "text", text)?;
         Self::build(py, Config::from_json(&text).py_err()?, clock)
     }
 
     /// A governor from a config dict (the JSON form of the TOML config).
     #[staticmethod]
-    #[pyo3(signature = (config, clock = None), text_signature = "(config, clock='monotonic')")]
-    fn from_dict(py: Python<'_>, config: &Bound<'_, PyAny>, clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (config, clock = None, **extra), text_signature = "(config, clock='monotonic')")]
+    fn from_dict(
+        py: Python<'_>,
+        config: &Bound<'_, PyAny>,
+        clock: Option<&Bound<'_, PyAny>>,
+        extra: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        no_unknown("Governor.from_dict", extra)?;
         let value = config_source::dict_value(py, config)?;
         Self::build(py, Config::from_value(value).py_err()?, clock)
     }
 
     /// A governor from a shipped preset, e.g. `openai-gpt-4o-tier1`.
     #[staticmethod]
-    #[pyo3(signature = (name, clock = None), text_signature = "(name, clock='monotonic')")]
-    fn from_preset(py: Python<'_>, name: &Bound<'_, PyAny>, clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (name, clock = None, **extra), text_signature = "(name, clock='monotonic')")]
+    fn from_preset(
+        py: Python<'_>,
+        name: &Bound<'_, PyAny>,
+        clock: Option<&Bound<'_, PyAny>>,
+        extra: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        no_unknown("Governor.from_preset", extra)?;
         let name = config_source::text(py, "name", name)?;
         Self::build(py, llmgov::config::Config::preset(&name).py_err()?, clock)
     }
 
     /// Moves a manual clock forward by `ms` milliseconds.
-    fn advance(&self, py: Python<'_>, ms: &Bound<'_, PyAny>) -> PyResult<()> {
+    #[pyo3(signature = (ms, **extra), text_signature = "($self, ms)")]
+    fn advance(&self, py: Python<'_>, ms: &Bound<'_, PyAny>, extra: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+        no_unknown("Governor.advance", extra)?;
         config_source::advance(py, self.manual.as_deref(), ms)?;
         // Waiters wake on the clock's time; a manual clock moves only here.
         self.gov.wake_waiters();
@@ -133,7 +159,14 @@ impl PyGovernor {
 
     /// Resolves paths once into a `Route` (cached; passing the paths again
     /// finds the same route).
-    fn route<'py>(&self, py: Python<'py>, paths: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyRoute>> {
+    #[pyo3(signature = (paths, **extra), text_signature = "($self, paths)")]
+    fn route<'py>(
+        &self,
+        py: Python<'py>,
+        paths: &Bound<'py, PyAny>,
+        extra: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyRoute>> {
+        no_unknown("Governor.route", extra)?;
         self.cached_route(py, paths)
     }
 
@@ -293,12 +326,14 @@ impl PyGovernor {
     /// Resolves model profile `name` and its fallback chain for a
     /// consumer's `paths` (e.g. `"tenants/acme"`; none by default) into a
     /// `Profile` (cached; passing the name again finds the same one).
-    #[pyo3(signature = (name, paths = None))]
+    #[pyo3(signature = (name, paths = None, **extra), text_signature = "($self, name, paths=None)")]
     fn profile(
         slf: &Bound<'_, Self>,
         name: &Bound<'_, PyAny>,
         paths: Option<&Bound<'_, PyAny>>,
+        extra: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Py<PyProfile>> {
+        no_unknown("Governor.profile", extra)?;
         routing::resolve(slf, name, paths)
     }
 
@@ -437,7 +472,9 @@ impl PyGovernor {
     /// called from any thread; what it raises goes to
     /// `sys.unraisablehook`, never to the governor's caller. Setting another
     /// replaces it; None removes it.
-    fn set_event_hook(&self, hook: &Bound<'_, PyAny>) -> PyResult<()> {
+    #[pyo3(signature = (hook, **extra), text_signature = "($self, hook)")]
+    fn set_event_hook(&self, hook: &Bound<'_, PyAny>, extra: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+        no_unknown("Governor.set_event_hook", extra)?;
         self.hook.set(&self.gov, hook)
     }
 

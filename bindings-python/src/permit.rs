@@ -6,9 +6,9 @@ use llmgov::{Permit, PermitState, Route, Routed, Usage};
 use parking_lot::{Mutex, MutexGuard};
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
-use pyo3::types::PyInt;
+use pyo3::types::{PyDict, PyInt};
 
-use crate::args::{count, count_of};
+use crate::args::{count, count_of, no_unknown};
 use crate::convert::to_python;
 use crate::errors::{invalid, IntoPyResult};
 use crate::feedback;
@@ -147,7 +147,8 @@ impl PyPermit {
     /// first argument or `usage=`). A count not given keeps what was
     /// reserved for it, so `settle(output_tokens=n)` keeps the input
     /// estimate and `settle()` settles as estimated.
-    #[pyo3(signature = (input_tokens = None, output_tokens = None, *, cached_input_tokens = None, usage = None))]
+    #[pyo3(signature = (input_tokens = None, output_tokens = None, *, cached_input_tokens = None, usage = None, **extra),
+        text_signature = "($self, input_tokens=None, output_tokens=None, *, cached_input_tokens=None, usage=None)")]
     fn settle(
         &self,
         py: Python<'_>,
@@ -155,7 +156,9 @@ impl PyPermit {
         output_tokens: Option<&Bound<'_, PyAny>>,
         cached_input_tokens: Option<&Bound<'_, PyAny>>,
         usage: Option<&Bound<'_, PyAny>>,
+        extra: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<()> {
+        no_unknown("Permit.settle", extra)?;
         let (input_tokens, usage) = usage::first_is_usage(input_tokens, usage);
         // A usage object is read (its attributes may run Python code)
         // before the permit is locked; so are the counts.
@@ -187,30 +190,38 @@ impl PyPermit {
     }
 
     /// Charges `tokens` more streamed output (beyond the reservation only).
-    fn add_output(&self, py: Python<'_>, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
+    #[pyo3(signature = (tokens, **extra), text_signature = "($self, tokens)")]
+    fn add_output(&self, py: Python<'_>, tokens: &Bound<'_, PyAny>, extra: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+        no_unknown("Permit.add_output", extra)?;
         let tokens = count_of("tokens", tokens)?;
         self.gov.bind(py).get().gov.add_output(&mut self.lock(py).permit, tokens).py_err()
     }
 
     /// Feeds the provider's answer back into the route's provider scopes
     /// and returns its classification. Takes `(status, headers, body)`, an
-    /// `httpx.Response`, or an SDK `APIStatusError` (its `.response`).
-    #[pyo3(signature = (status_or_response, headers = None, body = None))]
+    /// `httpx.Response`, or an SDK `APIStatusError` (its `.response`), as
+    /// `status` (by position or keyword).
+    // `status` was once named `status_or_response`: that keyword is still
+    // taken (out of `extra`), unadvertised.
+    #[pyo3(signature = (status = None, headers = None, body = None, **extra),
+        text_signature = "($self, status, headers=None, body=None)")]
     fn report<'py>(
         &self,
         py: Python<'py>,
-        status_or_response: &Bound<'py, PyAny>,
+        status: Option<&Bound<'py, PyAny>>,
         headers: Option<&Bound<'py, PyAny>>,
         body: Option<&Bound<'py, PyAny>>,
+        extra: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (status, headers, body) = if status_or_response.is_instance_of::<PyInt>() {
+        let (field, given) = status_given(py, status, extra)?;
+        let (status, headers, body) = if given.is_instance_of::<PyInt>() {
             let body = match body.filter(|b| !b.is_none()) {
                 Some(b) => feedback::bytes_of("body", b)?,
                 None => Vec::new(),
             };
-            (feedback::status_of(status_or_response)?, feedback::headers(headers)?, body)
+            (feedback::status_of(&given)?, feedback::headers(headers)?, body)
         } else {
-            response_parts(status_or_response)?
+            response_parts(field, &given)?
         };
         // Not locked: the event hook this may call is Python code.
         let gov = &self.gov.bind(py).get().gov;
@@ -323,16 +334,43 @@ impl PyPermit {
     }
 }
 
+/// `report`'s first argument and the name it came under: `status`, or the
+/// old keyword `status_or_response`; any other keyword is refused.
+fn status_given<'py>(
+    py: Python<'py>,
+    status: Option<&Bound<'py, PyAny>>,
+    extra: Option<&Bound<'py, PyDict>>,
+) -> PyResult<(&'static str, Bound<'py, PyAny>)> {
+    const OLD: &str = "status_or_response";
+    let old = match extra {
+        Some(extra) => {
+            let old = extra.get_item(OLD)?;
+            if old.is_some() {
+                extra.del_item(OLD)?;
+            }
+            no_unknown("Permit.report", Some(extra))?;
+            old
+        }
+        None => None,
+    };
+    match (status, old) {
+        (Some(status), Some(_)) => Err(invalid("status", status, "give `status` or `status_or_response`, not both")),
+        (Some(status), None) => Ok(("status", status.clone())),
+        (None, Some(old)) => Ok((OLD, old)),
+        (None, None) => Err(crate::errors::invalid_text(py, "status", "None", "is required".to_owned())),
+    }
+}
+
 /// Status, headers and body of an `httpx.Response`, or of an SDK error
 /// carrying one in `.response`.
-fn response_parts(value: &Bound<'_, PyAny>) -> PyResult<(u16, feedback::HeaderPairs, Vec<u8>)> {
+fn response_parts(field: &str, value: &Bound<'_, PyAny>) -> PyResult<(u16, feedback::HeaderPairs, Vec<u8>)> {
     let response = match value.getattr_opt("response")? {
         Some(inner) if inner.hasattr("status_code")? => inner,
         _ => value.clone(),
     };
     let Some(status) = response.getattr_opt("status_code")? else {
         let reason = "must be an HTTP status, an httpx.Response or an SDK APIStatusError";
-        return Err(invalid("status_or_response", value, reason));
+        return Err(invalid(field, value, reason));
     };
     let headers = feedback::headers(response.getattr_opt("headers")?.as_ref())?;
     // A response whose body was never read reports its headers only.

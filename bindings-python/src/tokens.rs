@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use serde_json::Value;
 
-use crate::args::type_name;
+use crate::args::{no_unknown, type_name};
 use crate::convert::python_to_value;
 use crate::errors::{invalid, invalid_text};
 
@@ -23,8 +23,14 @@ const UNKNOWN_IMAGE_SIDE: u32 = 2048;
 
 /// Exact tokens of `text` in the encoding of `model` (o200k when absent).
 #[pyfunction]
-#[pyo3(signature = (text, model = None))]
-pub fn count_tokens(py: Python<'_>, text: &Bound<'_, PyAny>, model: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
+#[pyo3(signature = (text, model = None, **extra), text_signature = "(text, model=None)")]
+pub fn count_tokens(
+    py: Python<'_>,
+    text: &Bound<'_, PyAny>,
+    model: Option<&Bound<'_, PyAny>>,
+    extra: Option<&Bound<'_, PyDict>>,
+) -> PyResult<u64> {
+    no_unknown("count_tokens", extra)?;
     let model = crate::args::string("model", model)?;
     let text = text_of("text", text)?;
     Ok(count_text(py, model.as_deref().unwrap_or(""), &text))
@@ -42,14 +48,16 @@ pub fn count_text(py: Python<'_>, model: &str, text: &str) -> u64 {
 
 /// The fast estimate (no BPE) of `text`'s o200k tokens.
 #[pyfunction]
-pub fn estimate_tokens(text: &Bound<'_, PyAny>) -> PyResult<u64> {
+#[pyo3(signature = (text, **extra), text_signature = "(text)")]
+pub fn estimate_tokens(text: &Bound<'_, PyAny>, extra: Option<&Bound<'_, PyDict>>) -> PyResult<u64> {
+    no_unknown("estimate_tokens", extra)?;
     Ok(tokens::estimate(&text_of("text", text)?))
 }
 
 /// Prompt tokens of a chat request: messages, names, tools, images. Exact
 /// BPE counts, or with `fast=True` the character-class estimate (no BPE).
 #[pyfunction]
-#[pyo3(signature = (messages, model = None, tools = None, *, fast = None),
+#[pyo3(signature = (messages, model = None, tools = None, *, fast = None, **extra),
     text_signature = "(messages, model=None, tools=None, *, fast=False)")]
 pub fn count_chat_tokens(
     py: Python<'_>,
@@ -57,7 +65,9 @@ pub fn count_chat_tokens(
     model: Option<&Bound<'_, PyAny>>,
     tools: Option<&Bound<'_, PyAny>>,
     fast: Option<&Bound<'_, PyAny>>,
+    extra: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<u64> {
+    no_unknown("count_chat_tokens", extra)?;
     let fast = crate::args::flag("fast", fast, false)?;
     let model = crate::args::string("model", model)?.unwrap_or_default();
     let messages = chat_messages(messages)?;

@@ -298,7 +298,7 @@ def test_bad_settle_and_report_arguments(gov: llmgov.Governor) -> None:
         (lambda: permit.report(1000, {}, b""), "status"),
         (lambda: permit.report(429, 5, b""), "headers"),
         (lambda: permit.report(429, {}, 7), "body"),
-        (lambda: permit.report(object()), "status_or_response"),
+        (lambda: permit.report(object()), "status"),
     ]:
         with pytest.raises(llmgov.InvalidRequest) as bad:
             call()

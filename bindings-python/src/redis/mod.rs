@@ -123,8 +123,14 @@ impl PyRedisGovernor {
     /// A governor from TOML text or a TOML file: the core's sections plus
     /// `[redis]` (a missing `redis.url` is read from `LLMGOV_REDIS_URL`).
     #[staticmethod]
-    #[pyo3(signature = (source, clock = None), text_signature = "(source, clock='monotonic')")]
-    fn from_toml(py: Python<'_>, source: &Bound<'_, PyAny>, clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (source, clock = None, **extra), text_signature = "(source, clock='monotonic')")]
+    fn from_toml(
+        py: Python<'_>,
+        source: &Bound<'_, PyAny>,
+        clock: Option<&Bound<'_, PyAny>>,
+        extra: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        no_unknown("RedisGovernor.from_toml", extra)?;
         let text = config_source::toml_text(py, source)?;
         Self::build(py, clock, |chosen| RedisGovernor::from_toml_with_clock(&text, chosen))
     }
@@ -132,15 +138,23 @@ impl PyRedisGovernor {
     /// A governor from a config dict: the JSON form of the TOML config,
     /// with the `[redis]` section under the key `"redis"`.
     #[staticmethod]
-    #[pyo3(signature = (config, clock = None), text_signature = "(config, clock='monotonic')")]
-    fn from_dict(py: Python<'_>, config: &Bound<'_, PyAny>, clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (config, clock = None, **extra), text_signature = "(config, clock='monotonic')")]
+    fn from_dict(
+        py: Python<'_>,
+        config: &Bound<'_, PyAny>,
+        clock: Option<&Bound<'_, PyAny>>,
+        extra: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        no_unknown("RedisGovernor.from_dict", extra)?;
         let value = config_source::dict_value(py, config)?;
         Self::build(py, clock, |chosen| RedisGovernor::from_value_with_clock(value, chosen))
     }
 
     /// Moves a manual clock forward by `ms` milliseconds (local limits,
     /// permit and lease expiry, reconnection pacing; Redis keeps its own time).
-    fn advance(&self, py: Python<'_>, ms: &Bound<'_, PyAny>) -> PyResult<()> {
+    #[pyo3(signature = (ms, **extra), text_signature = "($self, ms)")]
+    fn advance(&self, py: Python<'_>, ms: &Bound<'_, PyAny>, extra: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+        no_unknown("RedisGovernor.advance", extra)?;
         config_source::advance(py, self.manual.as_deref(), ms)
     }
 
@@ -151,7 +165,14 @@ impl PyRedisGovernor {
     }
 
     /// Resolves paths once into a `RedisRoute` (cached by the paths).
-    fn route<'py>(&self, py: Python<'py>, paths: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyRedisRoute>> {
+    #[pyo3(signature = (paths, **extra), text_signature = "($self, paths)")]
+    fn route<'py>(
+        &self,
+        py: Python<'py>,
+        paths: &Bound<'py, PyAny>,
+        extra: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyRedisRoute>> {
+        no_unknown("RedisGovernor.route", extra)?;
         self.resolve(py, paths)
     }
 

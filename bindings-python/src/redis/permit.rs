@@ -5,9 +5,10 @@ use llmgov::Usage;
 use llmgov_redis::SharedPermit;
 use parking_lot::{Mutex, MutexGuard};
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use super::PyRedisGovernor;
-use crate::args::count;
+use crate::args::{count, no_unknown};
 use crate::convert::to_python;
 use crate::errors::{invalid, IntoPyResult};
 use crate::usage;
@@ -75,7 +76,8 @@ impl PyRedisPermit {
     /// first argument or `usage=`), as the local `Permit.settle` takes them.
     /// A count not given keeps what was reserved for it, so `settle()`
     /// settles as estimated.
-    #[pyo3(signature = (input_tokens = None, output_tokens = None, *, cached_input_tokens = None, usage = None))]
+    #[pyo3(signature = (input_tokens = None, output_tokens = None, *, cached_input_tokens = None, usage = None, **extra),
+        text_signature = "($self, input_tokens=None, output_tokens=None, *, cached_input_tokens=None, usage=None)")]
     fn settle(
         &self,
         py: Python<'_>,
@@ -83,7 +85,9 @@ impl PyRedisPermit {
         output_tokens: Option<&Bound<'_, PyAny>>,
         cached_input_tokens: Option<&Bound<'_, PyAny>>,
         usage: Option<&Bound<'_, PyAny>>,
+        extra: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<()> {
+        no_unknown("RedisPermit.settle", extra)?;
         let (input_tokens, usage) = usage::first_is_usage(input_tokens, usage);
         // Everything is read from Python (a usage object's attributes may
         // run Python code) before the lock is taken.
