@@ -10,7 +10,8 @@ REDIS_RUN_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))/redis-test
 WITH_REDIS := backend-redis/with-redis.sh $(REDIS_RUN_DIR)
 
 # The Python package's tests that need a Redis server.
-REDIS_PY_TESTS := $(addprefix bindings-python/tests/,test_redis_api.py test_redis_waiting.py test_redis_processes.py)
+REDIS_PY_TESTS := $(addprefix bindings-python/tests/,test_redis_api.py test_redis_waiting.py test_redis_processes.py \
+  test_redis_transport.py)
 
 .PHONY: test-redis test-redis-python test-valkey bench-redis bench-redis-python redis-server-installed
 LANGUAGE_TESTS += test-redis test-redis-python test-valkey

@@ -10,7 +10,7 @@ import time
 from typing import Any, AsyncIterator, Callable, Dict, Iterator, Optional, Sequence, Union
 
 from . import _wire
-from ._llmgov import Governor, InvalidRequest, Permit, PermitExpired, RetryPolicy, Route
+from ._llmgov import Governor, InvalidRequest, Permit, PermitExpired, RedisGovernor, RetryPolicy, Route
 
 #: `paths` for the transport: fixed paths (a path, a list, a Route), or a
 #: function of the request and its parsed JSON body returning them.
@@ -40,6 +40,16 @@ class _Governed:
     ) -> None:
         if counting not in ("exact", "fast"):
             raise _invalid("counting", counting, 'must be "exact" or "fast"')
+        if isinstance(governor, RedisGovernor):
+            # Refused here, once, rather than by every request: each answer
+            # is fed back through `permit.report`, which RedisPermit lacks
+            # (shared scopes in Redis take no provider feedback).
+            reason = (
+                "is a RedisGovernor: the transports feed every answer back through permit.report, "
+                "which RedisPermit has not; use a local llmgov.Governor, or acquire and settle "
+                "a RedisGovernor's permit around the SDK call yourself"
+            )
+            raise _invalid("governor", governor, reason)
         self.governor = governor
         self.fast = counting == "fast"
         self.deadline_ms = deadline_ms

@@ -30,6 +30,17 @@ The engine is the Rust crate ``llmgov-redis``, compiled into ``llmgov._llmgov``.
 wait while a limit refuses: they sleep until the refusing limit could admit
 the request (exact mode's Redis says when) and try again. Waiters are not
 queued across processes; whoever tries first after capacity returns takes it.
+
+The acquires take the local ``Governor``'s ``klass=``, ``priority=`` and
+``expected_output_tokens=`` as None (code written for either runs on both)
+and refuse a value for them by name: shared scopes have no traffic classes,
+waiters are not queued, and ``max_output_tokens`` is what is reserved.
+
+A ``RedisPermit`` has no ``report`` (nor ``add_output``): provider answers
+are not fed back into shared scopes. So the httpx transports
+(``llmgov.httpx.GovernedTransport`` and friends), which report every answer,
+refuse a ``RedisGovernor`` when built, with ``InvalidRequest`` on
+``governor``; acquire and settle around the SDK call yourself instead.
 """
 
 from ._llmgov import AlreadyReconciled, RedisGovernor, RedisPermit, RedisRoute

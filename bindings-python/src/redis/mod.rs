@@ -15,7 +15,7 @@ use pyo3::types::PyDict;
 use crate::args::no_unknown;
 use crate::config_source::{self, ChosenClock};
 use crate::convert::to_python;
-use crate::errors::IntoPyResult;
+use crate::errors::{invalid, IntoPyResult};
 use crate::request::{self, RequestArgs};
 
 pub use permit::PyRedisPermit;
@@ -103,6 +103,32 @@ fn asked<'a, 'py>(
         expected_output_tokens: None,
         klass: None,
     }
+}
+
+/// Options of the local `Governor`'s acquires that a `RedisGovernor`
+/// cannot honour, and why.
+const KLASS: (&str, &str) = ("klass", "shared scopes have no traffic classes");
+const EXPECTED: (&str, &str) = ("expected_output_tokens", "a RedisGovernor reserves max_output_tokens");
+const PRIORITY: (&str, &str) = ("priority", "a RedisGovernor does not queue its waiters");
+
+/// Refuses unknown keywords, but takes None for `local`: options the local
+/// `Governor` takes that this one cannot honour. Code written for either
+/// passes them unset (the httpx transports pass `klass=None`,
+/// `priority=None`); a value is refused by name rather than ignored.
+fn local_options_unset(function: &str, extra: Option<&Bound<'_, PyDict>>, local: &[(&str, &str)]) -> PyResult<()> {
+    let Some(extra) = extra else { return Ok(()) };
+    for (key, value) in extra.iter() {
+        let known = local.iter().find(|(name, _)| key.eq(name).unwrap_or(false));
+        match known {
+            Some(_) if value.is_none() => continue,
+            Some((name, why)) => return Err(invalid(name, &value, format!("{why}: {function}() takes only None"))),
+            None => {
+                let field = key.str().map(|k| k.to_string()).unwrap_or_default();
+                return Err(invalid(&field, &value, format!("{function}() has no argument `{field}`")));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The `Health` reading as a dict.
@@ -194,7 +220,7 @@ impl PyRedisGovernor {
         cached_input_tokens: Option<&Bound<'_, PyAny>>,
         extra: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyRedisPermit> {
-        no_unknown("RedisGovernor.try_acquire", extra)?;
+        local_options_unset("RedisGovernor.try_acquire", extra, &[KLASS, EXPECTED])?;
         let asked = asked(input_tokens, max_output_tokens, text, messages, model, tools, cached_input_tokens);
         let (py, this) = (slf.py(), slf.get());
         let (route, estimate) = this.estimate(py, paths, asked)?;
@@ -225,7 +251,7 @@ impl PyRedisGovernor {
         timeout: Option<&Bound<'_, PyAny>>,
         extra: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyRedisPermit> {
-        no_unknown("RedisGovernor.acquire_blocking", extra)?;
+        local_options_unset("RedisGovernor.acquire_blocking", extra, &[KLASS, EXPECTED, PRIORITY])?;
         let asked = asked(input_tokens, max_output_tokens, text, messages, model, tools, cached_input_tokens);
         let limit = waiting::time_limit(deadline_ms, timeout)?;
         RedisAttempt::new(slf, paths, asked, limit)?.block(slf.py())
@@ -252,7 +278,7 @@ impl PyRedisGovernor {
         deadline_ms: Option<&Bound<'py, PyAny>>,
         extra: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        no_unknown("RedisGovernor.acquire", extra)?;
+        local_options_unset("RedisGovernor.acquire", extra, &[KLASS, EXPECTED, PRIORITY])?;
         let asked = asked(input_tokens, max_output_tokens, text, messages, model, tools, cached_input_tokens);
         let limit = waiting::time_limit(deadline_ms, None)?;
         let attempt = RedisAttempt::new(slf, paths, asked, limit)?;
