@@ -336,6 +336,11 @@ export interface Classification {
   retryable: boolean
   /** The provider the answer was read as. */
   provider: string
+  /**
+   * The status that counted: the HTTP status, or the error code a 2xx
+   * body carried (OpenRouter's late errors).
+   */
+  status: number
 }
 
 /** One traffic class's queue (counts since the governor was made). */

@@ -37,6 +37,9 @@ pub struct Classification {
     pub retryable: bool,
     /// The provider the answer was read as.
     pub provider: String,
+    /// The status that counted: the HTTP status, or the error code a 2xx
+    /// body carried (OpenRouter's late errors).
+    pub status: u32,
 }
 
 /// Provider names as the bindings spell them, with the core's hint.
@@ -130,6 +133,7 @@ pub fn classify(
         reset_ms: by_dimension(&c.reset_ms),
         retryable: c.retryable,
         provider: provider_name(c.provider).to_owned(),
+        status: u32::from(c.status),
     };
     Ok((js, c))
 }

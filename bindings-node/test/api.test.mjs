@@ -186,6 +186,10 @@ test('classifyResponse reads every shape of headers', () => {
   const quota = classifyResponse(429, {}, { error: { code: 'insufficient_quota', type: 'insufficient_quota' } });
   assert.equal(quota.kind, 'quota_exhausted');
   assert.equal(quota.retryable, false);
+  // The status that counted, as Python's classification gives it: an
+  // OpenRouter error inside a 200 counts as its code.
+  assert.equal(quota.status, 429);
+  assert.equal(classifyResponse(200, {}, { error: { code: 502, message: 'upstream', metadata: { provider_name: 'x' } } }).status, 502);
 });
 
 test('retry advice: retry-after or backoff, attempts, deadline', () => {
