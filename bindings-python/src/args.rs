@@ -33,13 +33,21 @@ pub fn count_of(field: &str, value: &Bound<'_, PyAny>) -> PyResult<u64> {
 
 /// An int or a float (not a bool, which Python counts as an int), as f64.
 pub fn number(value: &Bound<'_, PyAny>) -> Option<f64> {
-    let number =
-        (value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>()) && !value.is_instance_of::<PyBool>();
-    if number {
-        value.extract::<f64>().ok()
-    } else {
-        None
+    if value.is_instance_of::<PyBool>() {
+        return None;
     }
+    if value.is_instance_of::<PyFloat>() {
+        return value.extract::<f64>().ok();
+    }
+    if !value.is_instance_of::<PyInt>() {
+        return None;
+    }
+    // An int past a float's range (10**400) is a number, infinitely large:
+    // refused as too large, not as "not a number".
+    value.extract::<f64>().ok().or_else(|| {
+        let negative = value.lt(0).unwrap_or(false);
+        Some(if negative { f64::NEG_INFINITY } else { f64::INFINITY })
+    })
 }
 
 /// A non-negative number of milliseconds (int or float).

@@ -502,6 +502,20 @@ def test_advance_past_2_63_ns_is_refused() -> None:
     gov.try_acquire("openai/org/gpt-4o", 1).settle()
 
 
+def test_an_int_past_a_floats_range_is_refused_as_too_large_not_as_not_a_number() -> None:
+    """10**400 was refused as "must be a number ..., not int"."""
+    gov = llmgov.Governor.from_preset("openai-gpt-4o-tier1", clock="manual")
+    with pytest.raises(llmgov.InvalidRequest) as bad:
+        gov.advance(10**400)
+    assert bad.value.field == "ms" and "not int" not in bad.value.reason and "finite" in bad.value.reason
+    with pytest.raises(llmgov.InvalidRequest) as bad:
+        llmgov.plan_capacity(rpm=60, avg_input=10**400, avg_output=1)
+    assert bad.value.field == "avg_input" and "not int" not in bad.value.reason, bad.value.reason
+    with pytest.raises(llmgov.InvalidRequest) as bad:
+        llmgov.plan_capacity(rpm=60, avg_input=-(10**400), avg_output=1)
+    assert bad.value.field == "avg_input" and "not int" not in bad.value.reason, bad.value.reason
+
+
 def test_every_error_is_an_llmgov_error_with_a_code() -> None:
     for cls in (
         llmgov.RateLimited,
