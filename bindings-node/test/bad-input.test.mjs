@@ -472,3 +472,14 @@ test('a NaN or an Infinity in a config object is refused naming its path, not wr
   refuses({ scopes: { p: { provider: true, limits: [{ dimension: 'tokens', amount: Infinity, window: '1m' }] } } }, 'scopes.p.limits[0].amount', 'Infinity');
   refuses({ adaptive: { decrease: -Infinity }, scopes: { a: { limits } } }, 'adaptive.decrease', '-Infinity');
 });
+
+test('tools without messages are refused naming tools, not left out of the count', () => {
+  const g = gov();
+  const route = g.route(['openai/gpt-4o']);
+  const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }];
+  for (const input of [{ inputTokens: 100 }, { text: 'hello' }, {}]) {
+    assert.throws(() => g.tryAcquire({ route, tools, ...input }), (e) => invalid('tools')(e) && /only with messages/.test(e.reason));
+  }
+  assert.equal(g.snapshot().admitted, 0, 'nothing was reserved');
+  g.tryAcquire({ route, tools, messages: [{ role: 'user', content: 'hi' }] }).cancel();
+});

@@ -441,7 +441,11 @@ export class Governor {
  * Shared with `RedisGovernor`.
  */
 export function inputOf(request: Omit<AcquireRequest, 'route' | 'paths'>): number {
-  const { inputTokens, text, messages } = request;
+  const { inputTokens, text, messages, tools } = request;
+  // Tools count as part of messages; beside a count or a text they would be left out.
+  if (tools !== undefined && tools !== null && messages === undefined) {
+    throw invalidArgument('tools', tools, 'count only with messages: give messages, or count the tools into inputTokens');
+  }
   if (inputTokens !== undefined) {
     if (text !== undefined || messages !== undefined) throw twoInputs(request);
     return count('inputTokens', inputTokens);

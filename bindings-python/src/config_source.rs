@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use llmgov::{Clock, ManualClock, MonotonicClock};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyMapping, PyString};
 
 use crate::args::{self, type_name};
 use crate::errors;
@@ -30,10 +30,10 @@ pub fn toml_text(py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<String> 
     std::fs::read_to_string(&path).map_err(|e| errors::config(py, "path", &path, format!("cannot be read: {e}")))
 }
 
-/// A config dict as the JSON value it stands for.
+/// A config dict (or other mapping) as the JSON value it stands for.
 pub fn dict_value(py: Python<'_>, config: &Bound<'_, PyAny>) -> PyResult<serde_json::Value> {
-    if !config.is_instance_of::<PyDict>() {
-        let reason = format!("must be a dict, not {}", type_name(config));
+    if config.cast::<PyMapping>().is_err() {
+        let reason = format!("must be a dict (or other Mapping), not {}", type_name(config));
         return Err(errors::config(py, "config", &type_name(config), reason));
     }
     crate::convert::python_to_value(config).map_err(|e| {

@@ -4,7 +4,9 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PySequence, PyString, PyTuple,
+};
 use serde_json::{Map, Number, Value};
 
 /// Converts a serializable core value into plain Python objects.
@@ -90,42 +92,71 @@ fn to_value(value: &Bound<'_, PyAny>, path: &mut String, depth: usize) -> Result
         return Ok(Value::String(text.into_owned()));
     }
     if let Ok(dict) = value.cast::<PyDict>() {
-        let mut map = Map::new();
-        for (key, item) in dict.iter() {
-            let key = match key.cast::<PyString>() {
-                Ok(key) => key
-                    .to_cow()
-                    .map_err(|_| (String::new(), format!("has a dict key that {}", crate::args::LONE_SURROGATE)))?,
-                Err(_) => {
-                    return Err((
-                        key.repr().map(|r| r.to_string()).unwrap_or_default(),
-                        "is a dict key that is not a string".to_owned(),
-                    ))
-                }
-            };
-            let len = path.len();
-            if len > 0 {
-                path.push('.');
-            }
-            path.push_str(&key);
-            let item = to_value(&item, path, depth + 1)?;
-            path.truncate(len);
-            map.insert(key.into_owned(), item);
-        }
-        return Ok(Value::Object(map));
+        return object(dict.iter().map(Ok), path, depth);
+    }
+    // Bytes are a Sequence of ints to Python, not JSON data.
+    if value.is_instance_of::<PyBytes>() || value.is_instance_of::<PyByteArray>() {
+        let type_name = crate::args::type_name(value);
+        return Err(fail(format!("is a value of type {type_name}, which is not JSON data")));
     }
     if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
-        let items = value.try_iter().map_err(|e| fail(e.to_string()))?;
-        let mut array = Vec::new();
-        for (index, item) in items.enumerate() {
-            let item = item.map_err(|e| fail(e.to_string()))?;
-            let len = path.len();
-            path.push_str(&format!("[{index}]"));
-            array.push(to_value(&item, path, depth + 1)?);
-            path.truncate(len);
-        }
-        return Ok(Value::Array(array));
+        return array(value, path, depth);
+    }
+    // The stubs take any Mapping and Sequence (a MappingProxyType, a
+    // UserList), as plain data.
+    if let Ok(mapping) = value.cast::<PyMapping>() {
+        let items = mapping.items().map_err(|e| fail(e.to_string()))?;
+        return object(items.iter().map(|pair| pair.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()), path, depth);
+    }
+    if value.cast::<PySequence>().is_ok() {
+        return array(value, path, depth);
     }
     let type_name = crate::args::type_name(value);
     Err(fail(format!("is a value of type {type_name}, which is not JSON data")))
+}
+
+/// The `(key, item)` pairs of a dict or other mapping, as a JSON object.
+fn object<'py>(
+    pairs: impl Iterator<Item = PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)>>,
+    path: &mut String,
+    depth: usize,
+) -> Result<Value, (String, String)> {
+    let mut map = Map::new();
+    for pair in pairs {
+        let (key, item) = pair.map_err(|e| (String::new(), e.to_string()))?;
+        let key = match key.cast::<PyString>() {
+            Ok(key) => key
+                .to_cow()
+                .map_err(|_| (String::new(), format!("has a dict key that {}", crate::args::LONE_SURROGATE)))?,
+            Err(_) => {
+                return Err((
+                    key.repr().map(|r| r.to_string()).unwrap_or_default(),
+                    "is a dict key that is not a string".to_owned(),
+                ))
+            }
+        };
+        let len = path.len();
+        if len > 0 {
+            path.push('.');
+        }
+        path.push_str(&key);
+        let item = to_value(&item, path, depth + 1)?;
+        path.truncate(len);
+        map.insert(key.into_owned(), item);
+    }
+    Ok(Value::Object(map))
+}
+
+/// The items of a list, tuple or other sequence, as a JSON array.
+fn array(value: &Bound<'_, PyAny>, path: &mut String, depth: usize) -> Result<Value, (String, String)> {
+    let fail = |e: PyErr| (value.str().map(|s| s.to_string()).unwrap_or_default(), e.to_string());
+    let mut array = Vec::new();
+    for (index, item) in value.try_iter().map_err(fail)?.enumerate() {
+        let item = item.map_err(fail)?;
+        let len = path.len();
+        path.push_str(&format!("[{index}]"));
+        array.push(to_value(&item, path, depth + 1)?);
+        path.truncate(len);
+    }
+    Ok(Value::Array(array))
 }

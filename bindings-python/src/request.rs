@@ -80,6 +80,9 @@ impl RequestArgs<'_, '_> {
             let reason = format!("give only one of input_tokens, text and messages (also got `{}`)", second.0);
             return Err(invalid(first.0, first.1.expect("present"), reason));
         }
+        if let Some(tools) = self.tools.filter(|t| !t.is_none() && !given(self.messages)) {
+            return Err(invalid("tools", tools, TOOLS_WITHOUT_MESSAGES));
+        }
         let model = args::string("model", self.model)?.unwrap_or_default();
         if let Some(text) = self.text.filter(|t| !t.is_none()) {
             return Ok(tokens::count_text(py, &model, &tokens::text_of("text", text)?));
@@ -91,6 +94,11 @@ impl RequestArgs<'_, '_> {
         Ok(count("input_tokens", self.input_tokens)?.unwrap_or(0))
     }
 }
+
+/// Why `tools` without `messages` is refused: the count of the prompt it
+/// belongs to is the caller's (`input_tokens`) or a text's, which it would
+/// silently not be added to.
+const TOOLS_WITHOUT_MESSAGES: &str = "count only with messages: give messages, or count the tools into input_tokens";
 
 /// The `max_output_tokens` argument: 0 when absent, at most [`MAX_TOKENS`].
 pub fn max_output_tokens(value: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {

@@ -3,9 +3,10 @@
 
 use std::borrow::Cow;
 
-use llmgov::tokens::{self, ChatMessage, ImageDetail, InputCounting, Part};
+use llmgov::tokens::{self, request, ChatMessage, InputCounting, Part};
+use pyo3::exceptions::PyKeyError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyMapping, PySequence, PyString};
 use serde_json::Value;
 
 use crate::args::{no_unknown, type_name};
@@ -15,11 +16,6 @@ use crate::errors::{invalid, invalid_text};
 /// Texts at least this long (bytes) are counted with the GIL released:
 /// below it, releasing and retaking the GIL costs more than it frees.
 const DETACH_BYTES: usize = 4096;
-
-/// An image part without its size is charged as this many pixels a side:
-/// the largest a high-detail image is scaled to, so the reservation never
-/// falls short.
-const UNKNOWN_IMAGE_SIDE: u32 = 2048;
 
 /// Exact tokens of `text` in the encoding of `model` (o200k when absent).
 #[pyfunction]
@@ -128,11 +124,12 @@ pub fn text_of<'a>(field: &str, value: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a,
     string.to_cow().map_err(|_| invalid(field, value, crate::args::LONE_SURROGATE))
 }
 
-/// Tool definitions as JSON.
+/// Tool definitions as JSON, in OpenAI's function shape (Anthropic's
+/// `input_schema` read as `parameters`), as the core reads a body's.
 pub fn tool_values(tools: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<Value>> {
     let Some(tools) = tools.filter(|t| !t.is_none()) else { return Ok(Vec::new()) };
     match python_to_value(tools) {
-        Ok(Value::Array(items)) => Ok(items),
+        Ok(list @ Value::Array(_)) => Ok(request::tool_list(&list)),
         Ok(_) => Err(invalid("tools", tools, "must be a list of tool definitions")),
         Err(e) => {
             let at = if e.path.is_empty() { String::new() } else { format!(" at {}", e.path) };
@@ -141,94 +138,42 @@ pub fn tool_values(tools: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<Value>> {
     }
 }
 
-/// Chat messages from a list of dicts in OpenAI's or Anthropic's shape:
-/// `role`, `content` (a string, None, or a list of parts) and `name`.
+/// Chat messages from a sequence of dicts (or other mappings) in OpenAI's
+/// or Anthropic's shape, read by the core's rules
+/// (`llmgov::tokens::request::chat_messages`), as Node's `countChatTokens`
+/// and every binding's HTTP client read them: a message's text, names, tool
+/// calls and their arguments, tool results and images (1024 × 1024 when
+/// the size is not given). A message must be a mapping and its `content`
+/// text, `None` or a list of parts; any other value must be plain data.
 pub fn chat_messages(messages: &Bound<'_, PyAny>) -> PyResult<Vec<ChatMessage>> {
-    if !(messages.is_instance_of::<PyList>() || messages.is_instance_of::<PyTuple>()) {
-        return Err(invalid("messages", messages, "must be a list of message dicts"));
+    let sequence = messages
+        .cast::<PySequence>()
+        .ok()
+        .filter(|_| !(messages.is_instance_of::<PyString>() || messages.is_instance_of::<PyBytes>()))
+        .ok_or_else(|| invalid("messages", messages, "must be a list of message dicts"))?;
+    for (index, message) in sequence.try_iter()?.enumerate() {
+        check_message(index, &message?)?;
     }
-    let mut out = Vec::new();
-    for (index, message) in messages.try_iter()?.enumerate() {
-        out.push(chat_message(index, &message?)?);
+    match python_to_value(messages) {
+        Ok(Value::Array(list)) => Ok(request::chat_messages(&list)),
+        Ok(_) => Err(invalid("messages", messages, "must be a list of message dicts")),
+        Err(e) => Err(invalid_text(messages.py(), &format!("messages{}", e.path), &e.value, e.reason)),
     }
-    Ok(out)
 }
 
-fn chat_message(index: usize, message: &Bound<'_, PyAny>) -> PyResult<ChatMessage> {
+/// A message is a mapping; its content, if any, a string, `None` or a list of parts.
+fn check_message(index: usize, message: &Bound<'_, PyAny>) -> PyResult<()> {
     let field = format!("messages[{index}]");
-    let dict = message
-        .cast::<PyDict>()
+    let mapping = message
+        .cast::<PyMapping>()
         .map_err(|_| invalid(&field, message, format!("must be a dict, not {}", type_name(message))))?;
-    let role = match dict.get_item("role")? {
-        Some(role) => text_of(&format!("{field}.role"), &role)?.into_owned(),
-        None => return Err(invalid(&field, message, "has no `role`")),
+    let content = match mapping.get_item("content") {
+        Ok(content) => content,
+        Err(e) if e.is_instance_of::<PyKeyError>(message.py()) => return Ok(()),
+        Err(e) => return Err(e),
     };
-    let content = match dict.get_item("content")? {
-        None => Vec::new(),
-        Some(content) => parts(&format!("{field}.content"), &content)?,
-    };
-    let name = match dict.get_item("name")? {
-        Some(name) if !name.is_none() => Some(text_of(&format!("{field}.name"), &name)?.into_owned()),
-        _ => None,
-    };
-    Ok(ChatMessage { role, content, name })
-}
-
-fn parts(field: &str, content: &Bound<'_, PyAny>) -> PyResult<Vec<Part>> {
-    if content.is_none() {
-        return Ok(Vec::new());
+    if !(content.is_none() || content.is_instance_of::<PyString>() || content.is_instance_of::<PyList>()) {
+        return Err(invalid(&format!("{field}.content"), &content, "must be a string, None or a list of parts"));
     }
-    if content.is_instance_of::<PyString>() {
-        return Ok(vec![Part::Text(text_of(field, content)?.into_owned())]);
-    }
-    if !content.is_instance_of::<PyList>() {
-        return Err(invalid(field, content, "must be a string, None or a list of parts"));
-    }
-    let mut out = Vec::new();
-    for (index, part) in content.try_iter()?.enumerate() {
-        if let Some(part) = one_part(&format!("{field}[{index}]"), &part?)? {
-            out.push(part);
-        }
-    }
-    Ok(out)
-}
-
-/// A content part: text (`text`, `input_text`, Anthropic `text` blocks), an
-/// image (`image_url`, `input_image`, Anthropic `image`), or anything else,
-/// which counts its `text` if it has one and nothing otherwise.
-fn one_part(field: &str, part: &Bound<'_, PyAny>) -> PyResult<Option<Part>> {
-    if part.is_instance_of::<PyString>() {
-        return Ok(Some(Part::Text(text_of(field, part)?.into_owned())));
-    }
-    let dict = part.cast::<PyDict>().map_err(|_| invalid(field, part, "must be a dict or a string"))?;
-    let kind = dict.get_item("type")?.and_then(|t| t.extract::<String>().ok()).unwrap_or_default();
-    if matches!(kind.as_str(), "image_url" | "input_image" | "image") {
-        return Ok(Some(image(dict)?));
-    }
-    match dict.get_item("text")? {
-        Some(text) if !text.is_none() => Ok(Some(Part::Text(text_of(&format!("{field}.text"), &text)?.into_owned()))),
-        _ => Ok(None),
-    }
-}
-
-fn image(dict: &Bound<'_, PyDict>) -> PyResult<Part> {
-    let nested = dict.get_item("image_url")?.and_then(|n| n.cast_into::<PyDict>().ok());
-    let lookup = |key: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
-        if let Some(v) = dict.get_item(key)? {
-            return Ok(Some(v));
-        }
-        Ok(match &nested {
-            Some(n) => n.get_item(key)?,
-            None => None,
-        })
-    };
-    let detail = match lookup("detail")?.and_then(|d| d.extract::<String>().ok()).as_deref() {
-        Some("low") => ImageDetail::Low,
-        Some("high") => ImageDetail::High,
-        _ => ImageDetail::Auto,
-    };
-    let side = |key: &str| -> PyResult<u32> {
-        Ok(lookup(key)?.and_then(|v| v.extract::<u32>().ok()).unwrap_or(UNKNOWN_IMAGE_SIDE))
-    };
-    Ok(Part::Image { width: side("width")?, height: side("height")?, detail })
+    Ok(())
 }

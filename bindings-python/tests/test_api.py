@@ -251,7 +251,7 @@ BAD_ACQUIRE = [
     ({"text": "hi", "messages": []}, "text", "only one of"),
     ({"text": b"bytes"}, "text", "must be a string"),
     ({"messages": "hi"}, "messages", "list of message dicts"),
-    ({"messages": [{"content": "no role"}]}, "messages[0]", "has no `role`"),
+    ({"messages": [3]}, "messages[0]", "must be a dict"),
     ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content", "string, None or a list"),
     ({"model": 4, "text": "x"}, "model", "must be a string"),
     ({"klass": 1}, "klass", "must be a string"),
