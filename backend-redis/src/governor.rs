@@ -4,9 +4,12 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use llmgov::{Clock, Config, Governor, Ledger, MonotonicClock, Permit, Route, Usage};
+use llmgov::{
+    classify_response, Classification, Clock, Config, Governor, Ledger, MonotonicClock, Permit, ProviderHint, Route,
+    Usage,
+};
 use parking_lot::Mutex;
 
 use crate::errors::{Error, Result};
@@ -66,6 +69,13 @@ impl SharedPermit {
     /// Whether the shared part came from the safe local share (Redis was away).
     pub fn from_fallback(&self) -> bool {
         self.fallback.is_some()
+    }
+
+    /// Where provider feedback on this permit's request goes: the route of
+    /// its local part and when that part was granted (see
+    /// [`RedisGovernor::report`]); `None` on a route with no local scope.
+    pub fn feedback_target(&self) -> Option<(Route, u64)> {
+        self.local.as_ref().map(|local| (local.route(), local.acquired_at()))
     }
 }
 
@@ -251,6 +261,43 @@ impl RedisGovernor {
     pub fn cancel(&self, permit: &mut SharedPermit) -> Result<()> {
         self.adopt_if_forked();
         self.inner.reconcile(permit, None)
+    }
+
+    /// Feeds a provider's answer to the permit's request back into the
+    /// local scopes of its route, as [`Governor::report`] does (a 429's
+    /// `retry-after` holds them, AIMD and the breaker learn, headers
+    /// discover limits), and says how the answer was classified. Shared
+    /// scopes take no provider feedback: on a route with no local scope
+    /// the answer is only classified. Any time before or after settling.
+    pub fn report<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        permit: &SharedPermit,
+        status: u16,
+        headers: &[(K, V)],
+        body: &[u8],
+    ) -> Result<Classification> {
+        self.report_sent(permit.feedback_target(), status, headers, body)
+    }
+
+    /// As [`Self::report`], for a permit's [`SharedPermit::feedback_target`]:
+    /// for bindings that keep the permit behind a lock they must not hold
+    /// while the local governor's event hook runs.
+    pub fn report_sent<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        target: Option<(Route, u64)>,
+        status: u16,
+        headers: &[(K, V)],
+        body: &[u8],
+    ) -> Result<Classification> {
+        match target {
+            Some((route, acquired_at)) => {
+                Ok(self.inner.local.report_sent(route, acquired_at, status, headers, body)?)
+            }
+            None => {
+                let wall_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+                Ok(classify_response(status, headers, body, ProviderHint::Auto, wall_ms))
+            }
+        }
     }
 
     /// The link to Redis and the fallback counters.

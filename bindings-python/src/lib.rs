@@ -2,6 +2,7 @@
 //! thin PyO3 layer over the core. The public API is the `llmgov` package
 //! (`python/llmgov/`); its stubs are `python/llmgov/_llmgov.pyi`.
 
+mod answer;
 mod args;
 mod config_source;
 mod convert;

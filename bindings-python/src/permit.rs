@@ -6,12 +6,12 @@ use llmgov::{Permit, PermitState, Route, Routed, Usage};
 use parking_lot::{Mutex, MutexGuard};
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyInt};
+use pyo3::types::PyDict;
 
+use crate::answer::Answer;
 use crate::args::{count, count_of, no_unknown};
 use crate::convert::to_python;
 use crate::errors::{invalid, IntoPyResult};
-use crate::feedback;
 use crate::governor::PyGovernor;
 use crate::usage;
 
@@ -201,8 +201,6 @@ impl PyPermit {
     /// and returns its classification. Takes `(status, headers, body)`, an
     /// `httpx.Response`, or an SDK `APIStatusError` (its `.response`), as
     /// `status` (by position or keyword).
-    // `status` was once named `status_or_response`: that keyword is still
-    // taken (out of `extra`), unadvertised.
     #[pyo3(signature = (status = None, headers = None, body = None, **extra),
         text_signature = "($self, status, headers=None, body=None)")]
     fn report<'py>(
@@ -213,16 +211,7 @@ impl PyPermit {
         body: Option<&Bound<'py, PyAny>>,
         extra: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (field, given) = status_given(py, status, extra)?;
-        let (status, headers, body) = if given.is_instance_of::<PyInt>() {
-            let body = match body.filter(|b| !b.is_none()) {
-                Some(b) => feedback::bytes_of("body", b)?,
-                None => Vec::new(),
-            };
-            (feedback::status_of(&given)?, feedback::headers(headers)?, body)
-        } else {
-            response_parts(field, &given)?
-        };
+        let Answer { status, headers, body } = Answer::of(py, "Permit.report", status, headers, body, extra)?;
         // Not locked: the event hook this may call is Python code.
         let gov = &self.gov.bind(py).get().gov;
         let classification = gov.report_sent(self.route, self.acquired_at, status, &headers, &body).py_err()?;
@@ -332,53 +321,6 @@ impl PyPermit {
             c.output_tokens
         )
     }
-}
-
-/// `report`'s first argument and the name it came under: `status`, or the
-/// old keyword `status_or_response`; any other keyword is refused.
-fn status_given<'py>(
-    py: Python<'py>,
-    status: Option<&Bound<'py, PyAny>>,
-    extra: Option<&Bound<'py, PyDict>>,
-) -> PyResult<(&'static str, Bound<'py, PyAny>)> {
-    const OLD: &str = "status_or_response";
-    let old = match extra {
-        Some(extra) => {
-            let old = extra.get_item(OLD)?;
-            if old.is_some() {
-                extra.del_item(OLD)?;
-            }
-            no_unknown("Permit.report", Some(extra))?;
-            old
-        }
-        None => None,
-    };
-    match (status, old) {
-        (Some(status), Some(_)) => Err(invalid("status", status, "give `status` or `status_or_response`, not both")),
-        (Some(status), None) => Ok(("status", status.clone())),
-        (None, Some(old)) => Ok((OLD, old)),
-        (None, None) => Err(crate::errors::invalid_text(py, "status", "None", "is required".to_owned())),
-    }
-}
-
-/// Status, headers and body of an `httpx.Response`, or of an SDK error
-/// carrying one in `.response`.
-fn response_parts(field: &str, value: &Bound<'_, PyAny>) -> PyResult<(u16, feedback::HeaderPairs, Vec<u8>)> {
-    let response = match value.getattr_opt("response")? {
-        Some(inner) if inner.hasattr("status_code")? => inner,
-        _ => value.clone(),
-    };
-    let Some(status) = response.getattr_opt("status_code")? else {
-        let reason = "must be an HTTP status, an httpx.Response or an SDK APIStatusError";
-        return Err(invalid(field, value, reason));
-    };
-    let headers = feedback::headers(response.getattr_opt("headers")?.as_ref())?;
-    // A response whose body was never read reports its headers only.
-    let body = match response.getattr("content") {
-        Ok(content) => feedback::bytes_of("body", &content).unwrap_or_default(),
-        Err(_) => Vec::new(),
-    };
-    Ok((feedback::status_of(&status)?, headers, body))
 }
 
 /// An awaitable that is already done: what `async with permit` awaits.

@@ -10,11 +10,14 @@ import time
 from typing import Any, AsyncIterator, Callable, Dict, Iterator, Optional, Sequence, Union
 
 from . import _wire
-from ._llmgov import Governor, InvalidRequest, Permit, PermitExpired, RedisGovernor, RetryPolicy, Route
+from ._llmgov import Governor, InvalidRequest, Permit, PermitExpired, RedisGovernor, RedisPermit, RetryPolicy, Route
 
 #: `paths` for the transport: fixed paths (a path, a list, a Route), or a
 #: function of the request and its parsed JSON body returning them.
 Paths = Union[str, Sequence[str], Route, Callable[[Any, Optional[Dict[str, Any]]], Any]]
+
+#: A permit of either governor: both report, settle and cancel alike.
+_AnyPermit = Union[Permit, RedisPermit]
 
 _RETRIED = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 
@@ -27,7 +30,7 @@ class _Governed:
 
     def __init__(
         self,
-        governor: Governor,
+        governor: Union[Governor, RedisGovernor],
         *,
         paths: Paths,
         klass: Optional[str] = None,
@@ -41,15 +44,11 @@ class _Governed:
         if counting not in ("exact", "fast"):
             raise _invalid("counting", counting, 'must be "exact" or "fast"')
         if isinstance(governor, RedisGovernor):
-            # Refused here, once, rather than by every request: each answer
-            # is fed back through `permit.report`, which RedisPermit lacks
-            # (shared scopes in Redis take no provider feedback).
-            reason = (
-                "is a RedisGovernor: the transports feed every answer back through permit.report, "
-                "which RedisPermit has not; use a local llmgov.Governor, or acquire and settle "
-                "a RedisGovernor's permit around the SDK call yourself"
-            )
-            raise _invalid("governor", governor, reason)
+            # Refused here, once, rather than by every request: shared
+            # scopes have no traffic classes, and their waiters no order.
+            for field, value in (("klass", klass), ("priority", priority)):
+                if value is not None:
+                    raise _invalid(field, value, "is not taken by a RedisGovernor (shared scopes have no classes nor queue)")
         self.governor = governor
         self.fast = counting == "fast"
         self.deadline_ms = deadline_ms
@@ -93,7 +92,7 @@ class _Governed:
             "deadline_ms": self.deadline_ms,
         }
 
-    def _refused(self, permit: Permit, answer: Any, body: bytes, attempt: int) -> Optional[float]:
+    def _refused(self, permit: _AnyPermit, answer: Any, body: bytes, attempt: int) -> Optional[float]:
         """A 408, 409, 429 or 5xx: reports it (a 429 holds the provider
         scope's bucket empty until its retry-after), refunds the permit (the
         provider did not serve it), and returns the seconds to wait before
@@ -103,7 +102,7 @@ class _Governed:
         advice = self.retry.advise(answer.status_code, answer.headers, body, attempt=attempt)
         return advice["delay_ms"] / 1000 if advice["advice"] == "retry_after" else None
 
-    def _failed(self, permit: Permit, error: Exception, estimate: _wire.Estimate) -> None:
+    def _failed(self, permit: _AnyPermit, error: Exception, estimate: _wire.Estimate) -> None:
         """Finishes the permit of a request the transport failed to deliver or
         to get answered. One that never left (no connection, no pooled
         connection in time, a proxy or a protocol it cannot speak) is refunded.
@@ -125,7 +124,7 @@ class _Governed:
         return advice["delay_ms"] / 1000 if advice["advice"] == "retry_after" else None
 
     @staticmethod
-    def _finish(permit: Permit, response: Any, content: bytes) -> None:
+    def _finish(permit: _AnyPermit, response: Any, content: bytes) -> None:
         """Reports the answer, then settles from its usage (as estimated when
         it has none, or none the governor accepts), or cancels it if the
         provider did not serve the request: a refusal, or a redirect (3xx,
@@ -139,7 +138,7 @@ class _Governed:
         _settle_reported(permit, {"usage": usage} if isinstance(usage, dict) else {})
 
     @classmethod
-    def _unread(cls, permit: Permit, response: Any) -> None:
+    def _unread(cls, permit: _AnyPermit, response: Any) -> None:
         """The answer's body could not be read (the connection broke, or the
         read was cancelled): the permit is finished from the status alone
         before the error goes on, never left pending. A success settles as
@@ -148,7 +147,7 @@ class _Governed:
         cls._finish(permit, response, b"")
 
 
-def _settle_reported(permit: Permit, reported: Dict[str, Any], **otherwise: Any) -> None:
+def _settle_reported(permit: _AnyPermit, reported: Dict[str, Any], **otherwise: Any) -> None:
     """Settles with the usage the provider reported. A report the governor
     refuses (no counts, a negative, non-integer or absurd one) must not fail
     a call that succeeded, nor leave its permit pending: the permit is then
@@ -165,7 +164,7 @@ def _settle_reported(permit: Permit, reported: Dict[str, Any], **otherwise: Any)
         pass
 
 
-def _cancel(permit: Permit) -> None:
+def _cancel(permit: _AnyPermit) -> None:
     """Refunds a permit the provider did not serve; one that outlived its TTL
     meanwhile was charged as estimated, which stands."""
     try:
@@ -174,7 +173,7 @@ def _cancel(permit: Permit) -> None:
         pass
 
 
-def _unanswered(permit: Permit) -> None:
+def _unanswered(permit: _AnyPermit) -> None:
     """The wrapped transport raised something other than a transport error
     before any answer came: the caller's task cancelled while the request was
     in flight (`asyncio.wait_for` around an SDK call), KeyboardInterrupt, a
@@ -217,7 +216,7 @@ class _SettlingStream:
     """Passes a streamed answer through, reading its usage, and settles the
     permit when the stream ends or is closed."""
 
-    def __init__(self, inner: Any, permit: Permit, tracker: _wire.StreamUsage) -> None:
+    def __init__(self, inner: Any, permit: _AnyPermit, tracker: _wire.StreamUsage) -> None:
         self.inner, self.permit, self.tracker = inner, permit, tracker
 
     def __iter__(self) -> Iterator[bytes]:
@@ -236,7 +235,7 @@ class _SettlingStream:
 class _AsyncSettlingStream:
     """The async twin of `_SettlingStream`."""
 
-    def __init__(self, inner: Any, permit: Permit, tracker: _wire.StreamUsage) -> None:
+    def __init__(self, inner: Any, permit: _AnyPermit, tracker: _wire.StreamUsage) -> None:
         self.inner, self.permit, self.tracker = inner, permit, tracker
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -252,7 +251,7 @@ class _AsyncSettlingStream:
                 _settle_stream(self.permit, self.tracker)
 
 
-def _settle_stream(permit: Permit, tracker: _wire.StreamUsage) -> None:
+def _settle_stream(permit: _AnyPermit, tracker: _wire.StreamUsage) -> None:
     """Settles a stream from its usage events, or from the output it carried
     if the governor refuses what they reported."""
     _settle_reported(permit, tracker.settle_args(), output_tokens=tracker.output_tokens_seen())
@@ -272,7 +271,7 @@ class SyncGoverned(_Governed):
 
     _stream: type
 
-    def __init__(self, governor: Governor, *, paths: Paths, transport: Any = None, **options: Any) -> None:
+    def __init__(self, governor: Union[Governor, RedisGovernor], *, paths: Paths, transport: Any = None, **options: Any) -> None:
         _Governed.__init__(self, governor, paths=paths, **options)
         self.transport = transport if transport is not None else self._http.HTTPTransport()
 
@@ -335,7 +334,7 @@ class AsyncGoverned(_Governed):
 
     _stream: type
 
-    def __init__(self, governor: Governor, *, paths: Paths, transport: Any = None, **options: Any) -> None:
+    def __init__(self, governor: Union[Governor, RedisGovernor], *, paths: Paths, transport: Any = None, **options: Any) -> None:
         _Governed.__init__(self, governor, paths=paths, **options)
         self.transport = transport if transport is not None else self._http.AsyncHTTPTransport()
 

@@ -34,15 +34,20 @@ local refusal, only the queue's own: `DeadlineExceeded` past `deadline_ms`
 (or the class's maximum wait), `QueueFull`, or `NeverFits` for a request
 larger than a limit can ever hold. `klass` and `priority` place it in the
 queue.
+
+A `llmgov.redis.RedisGovernor` may govern them too, sharing its budget with
+other processes: a request then sleeps and retries while a limit refuses
+(waiters across processes are not queued, so `klass` and `priority` are
+refused), and each answer is fed back into the route's local scopes.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import httpx
 
-from ._llmgov import Governor
+from ._llmgov import Governor, RedisGovernor
 from ._transport import AsyncGoverned, Paths, SyncGoverned, _stream_types
 
 _SYNC_STREAM, _ASYNC_STREAM = _stream_types(httpx)
@@ -62,7 +67,7 @@ class GovernedTransport(SyncGoverned, httpx.BaseTransport):
     _stream = _SYNC_STREAM
 
     def __init__(
-        self, governor: Governor, *, paths: Paths, transport: Optional[httpx.BaseTransport] = None, **options: Any
+        self, governor: Union[Governor, RedisGovernor], *, paths: Paths, transport: Optional[httpx.BaseTransport] = None, **options: Any
     ) -> None:
         SyncGoverned.__init__(self, governor, paths=paths, transport=transport, **options)
 
@@ -75,7 +80,7 @@ class AsyncGovernedTransport(AsyncGoverned, httpx.AsyncBaseTransport):
     _stream = _ASYNC_STREAM
 
     def __init__(
-        self, governor: Governor, *, paths: Paths, transport: Optional[httpx.AsyncBaseTransport] = None, **options: Any
+        self, governor: Union[Governor, RedisGovernor], *, paths: Paths, transport: Optional[httpx.AsyncBaseTransport] = None, **options: Any
     ) -> None:
         AsyncGoverned.__init__(self, governor, paths=paths, transport=transport, **options)
 

@@ -10,11 +10,11 @@ httpx that the Anthropic SDK 2.x (and the OpenAI SDK 3.x by default) use::
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import httpx2
 
-from ._llmgov import Governor
+from ._llmgov import Governor, RedisGovernor
 from ._transport import AsyncGoverned, Paths, SyncGoverned, _stream_types
 
 _SYNC_STREAM, _ASYNC_STREAM = _stream_types(httpx2)
@@ -27,7 +27,7 @@ class GovernedTransport(SyncGoverned, httpx2.BaseTransport):
     _stream = _SYNC_STREAM
 
     def __init__(
-        self, governor: Governor, *, paths: Paths, transport: Optional[httpx2.BaseTransport] = None, **options: Any
+        self, governor: Union[Governor, RedisGovernor], *, paths: Paths, transport: Optional[httpx2.BaseTransport] = None, **options: Any
     ) -> None:
         SyncGoverned.__init__(self, governor, paths=paths, transport=transport, **options)
 
@@ -39,7 +39,7 @@ class AsyncGovernedTransport(AsyncGoverned, httpx2.AsyncBaseTransport):
     _stream = _ASYNC_STREAM
 
     def __init__(
-        self, governor: Governor, *, paths: Paths, transport: Optional[httpx2.AsyncBaseTransport] = None, **options: Any
+        self, governor: Union[Governor, RedisGovernor], *, paths: Paths, transport: Optional[httpx2.AsyncBaseTransport] = None, **options: Any
     ) -> None:
         AsyncGoverned.__init__(self, governor, paths=paths, transport=transport, **options)
 

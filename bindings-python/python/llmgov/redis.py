@@ -36,11 +36,13 @@ The acquires take the local ``Governor``'s ``klass=``, ``priority=`` and
 and refuse a value for them by name: shared scopes have no traffic classes,
 waiters are not queued, and ``max_output_tokens`` is what is reserved.
 
-A ``RedisPermit`` has no ``report`` (nor ``add_output``): provider answers
-are not fed back into shared scopes. So the httpx transports
-(``llmgov.httpx.GovernedTransport`` and friends), which report every answer,
-refuse a ``RedisGovernor`` when built, with ``InvalidRequest`` on
-``governor``; acquire and settle around the SDK call yourself instead.
+``RedisPermit.report(status, headers, body)`` (or a response, as
+``Permit.report`` takes) feeds the provider's answer back into the route's
+local scopes (a 429's ``retry-after`` holds them; AIMD and the breaker
+learn) and returns its classification. Shared scopes take no provider
+feedback. So the httpx transports (``llmgov.httpx.GovernedTransport`` and
+friends) take a ``RedisGovernor`` as they take a local one, less ``klass=``
+and ``priority=``, which they refuse by name when built.
 """
 
 from ._llmgov import AlreadyReconciled, RedisGovernor, RedisPermit, RedisRoute

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::PyRedisGovernor;
+use crate::answer::Answer;
 use crate::args::{count, no_unknown};
 use crate::convert::to_python;
 use crate::errors::{invalid, IntoPyResult};
@@ -118,6 +119,29 @@ impl PyRedisPermit {
             }
         };
         self.finish(py, Some(actual))
+    }
+
+    /// Feeds the provider's answer back into the local scopes of the route
+    /// (a 429's `retry-after` holds them; AIMD and the breaker learn) and
+    /// returns its classification; shared scopes take no provider feedback.
+    /// Takes what `Permit.report` takes: `(status, headers, body)`, an
+    /// `httpx.Response`, or an SDK `APIStatusError`.
+    #[pyo3(signature = (status = None, headers = None, body = None, **extra),
+        text_signature = "($self, status, headers=None, body=None)")]
+    fn report<'py>(
+        &self,
+        py: Python<'py>,
+        status: Option<&Bound<'py, PyAny>>,
+        headers: Option<&Bound<'py, PyAny>>,
+        body: Option<&Bound<'py, PyAny>>,
+        extra: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let Answer { status, headers, body } = Answer::of(py, "RedisPermit.report", status, headers, body, extra)?;
+        let target = self.lock(py).permit.feedback_target();
+        // Not locked: the local governor's event hook is Python code.
+        let gov = &self.gov.bind(py).get().gov;
+        let classification = gov.report_sent(target, status, &headers, &body).py_err()?;
+        to_python(py, &classification)
     }
 
     /// Gives the whole reservation back: the request was never sent.
