@@ -273,8 +273,18 @@ fn message_dimension(message: &str) -> Option<LimitDimension> {
         // and OpenAI's "input or output tokens must be reduced" names neither.
         (&["input tokens per", "(itpm)", "input_tokens"], LimitDimension::InputTokens),
         (&["output tokens per", "(otpm)", "output_tokens"], LimitDimension::OutputTokens),
+        // Before requests' "per-min": Anthropic writes "number of request
+        // tokens has exceeded your per-minute rate limit".
         (
-            &["tokens per min", "(tpm)", "tokens_per_min", "too many tokens", "token rate limit", "tokens rate limit"],
+            &[
+                "tokens per min",
+                "(tpm)",
+                "tokens_per_min",
+                "too many tokens",
+                "token rate limit",
+                "tokens rate limit",
+                "request tokens",
+            ],
             LimitDimension::Tokens,
         ),
         (

@@ -1,0 +1,21 @@
+//! Provider answers the classifier once misread: each test names the
+//! provider text it reads and what it must make of it.
+
+use llmgov::feedback::{LimitDimension, LimitKind};
+use llmgov::{classify_response, ProviderHint};
+
+const NOW_UNIX_MS: u64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+
+/// Anthropic's token-limit 429 says "request tokens ... per-minute rate
+/// limit": a token limit, though "per-min" is also in request-limit messages.
+#[test]
+fn anthropic_request_tokens_per_minute_is_a_token_limit() {
+    let body = br#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit (https://docs.anthropic.com/en/api/rate-limits); see the response headers for current usage."}}"#;
+    let headers = [("anthropic-ratelimit-tokens-remaining", "0"), ("anthropic-ratelimit-requests-remaining", "49")];
+    let c = classify_response(429, &headers, body, ProviderHint::Anthropic, NOW_UNIX_MS);
+    assert_eq!((c.kind, c.dimension), (LimitKind::RateLimited, LimitDimension::Tokens));
+    // Its request-limit twin still names requests.
+    let body = br#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of requests has exceeded your per-minute rate limit"}}"#;
+    let c = classify_response(429, &headers, body, ProviderHint::Anthropic, NOW_UNIX_MS);
+    assert_eq!(c.dimension, LimitDimension::Requests);
+}
