@@ -19,3 +19,18 @@ fn anthropic_request_tokens_per_minute_is_a_token_limit() {
     let c = classify_response(429, &headers, body, ProviderHint::Anthropic, NOW_UNIX_MS);
     assert_eq!(c.dimension, LimitDimension::Requests);
 }
+
+/// A bare "Too Many Requests" is the 429's reason phrase (proxies, gateways,
+/// plain-text error pages): it names no limit. The headers say the tokens
+/// ran out, and when they come back.
+#[test]
+fn a_bare_reason_phrase_does_not_name_the_requests_limit() {
+    let headers = [
+        ("x-ratelimit-remaining-requests", "499"),
+        ("x-ratelimit-remaining-tokens", "0"),
+        ("x-ratelimit-reset-tokens", "20s"),
+    ];
+    let c = classify_response(429, &headers, b"Too Many Requests", ProviderHint::OpenAi, NOW_UNIX_MS);
+    assert_eq!(c.dimension, LimitDimension::Tokens);
+    assert_eq!(c.retry_after_ms, Some(20_000), "the exhausted tokens' reset is the wait");
+}

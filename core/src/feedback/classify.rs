@@ -293,7 +293,10 @@ fn message_dimension(message: &str) -> Option<LimitDimension> {
                 "(rpm)",
                 "requests_per_min",
                 "calls / minute",
-                "too many requests",
+                // Bedrock's request throttle. Not the bare "too many
+                // requests": that is the 429's reason phrase, which any
+                // proxy or error page says whichever limit refused.
+                "too many requests, please wait",
                 "call rate limit",
                 "requests rate limit",
                 "per-min",
