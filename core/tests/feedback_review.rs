@@ -34,3 +34,14 @@ fn a_bare_reason_phrase_does_not_name_the_requests_limit() {
     assert_eq!(c.dimension, LimitDimension::Tokens);
     assert_eq!(c.retry_after_ms, Some(20_000), "the exhausted tokens' reset is the wait");
 }
+
+/// An epoch-seconds reset with a fraction is waited out whole, never cut short.
+#[test]
+fn a_fractional_epoch_seconds_reset_is_not_cut_short() {
+    let headers = [("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "1767225630.5")];
+    let c = classify_response(429, &headers, b"", ProviderHint::Together, NOW_UNIX_MS);
+    assert_eq!(c.reset_ms.get(&LimitDimension::Requests), Some(&30_500));
+    let headers = [("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "1767225660000.5")];
+    let c = classify_response(429, &headers, b"", ProviderHint::OpenRouter, NOW_UNIX_MS);
+    assert_eq!(c.reset_ms.get(&LimitDimension::Requests), Some(&60_001), "epoch ms, rounded up");
+}

@@ -189,8 +189,9 @@ pub(crate) fn parse_any_reset(text: &str, now_unix_ms: u64) -> Option<u64> {
     let text = text.trim();
     if let Some(n) = parse_count(text) {
         return Some(match n {
-            n if n >= 1_000_000_000_000 => n.saturating_sub(now_unix_ms),
-            n if n >= 1_000_000_000 => n.saturating_mul(1000).saturating_sub(now_unix_ms),
+            // Read again with the fraction, rounded up: `n` is floored.
+            n if n >= 1_000_000_000_000 => parse_millis(text)?.saturating_sub(now_unix_ms),
+            n if n >= 1_000_000_000 => parse_seconds(text)?.saturating_sub(now_unix_ms),
             _ => parse_seconds(text)?,
         });
     }
