@@ -328,13 +328,18 @@ impl Scheduler {
                 self.deadlines.remove(&(location.deadline, outcome.waiter()));
             }
         }
-        self.expire(now, true, out);
+        // A head skipped in this poll (held back, or waiting for its meters)
+        // may leave now at its deadline: those behind it may go at once.
+        if self.expire(now, true, out) && !self.located.is_empty() {
+            self.wake = Some(now);
+        }
         self.forget_idle_meters(now);
     }
 
     /// When to poll next if nothing else happens (no settle, cancel, new
     /// request): the earliest refill a refused head waits for, a meter, or
-    /// a deadline; at once (0) after a head left. `None` when nothing waits
+    /// a deadline; at once (0, or the time of the poll it left in) after a
+    /// head left. `None` when nothing waits
     /// on time (only on releases).
     pub fn poll_timeout(&self) -> Option<u64> {
         let deadline = self.deadlines.first().map(|(at, _)| *at);
@@ -351,8 +356,10 @@ impl Scheduler {
         QueueMetrics { depth: self.depth(), classes }
     }
 
-    /// Refuses every waiter whose deadline is before `now` (or at it, with `inclusive`).
-    fn expire(&mut self, now: u64, inclusive: bool, out: &mut Vec<Outcome>) {
+    /// Refuses every waiter whose deadline is before `now` (or at it, with
+    /// `inclusive`). True if one of them headed its tenant's line.
+    fn expire(&mut self, now: u64, inclusive: bool, out: &mut Vec<Outcome>) -> bool {
+        let mut headed = false;
         while let Some(&(deadline, id)) = self.deadlines.first() {
             if deadline > now || (deadline == now && !inclusive) {
                 break;
@@ -360,11 +367,14 @@ impl Scheduler {
             self.deadlines.pop_first();
             let location = self.located.remove(&id).expect("deadlines and locations agree");
             let queue = &mut self.classes[location.class];
+            let flow = queue.flows.get(&location.flow);
+            headed |= flow.and_then(|f| f.waiters.keys().next()) == Some(&location.order);
             let waiter = queue.take(&location.flow, &location.order).expect("located waiters are queued");
             queue.counts.expired += 1;
             let waited = Duration::from_nanos(now.saturating_sub(waiter.enqueued_at));
             out.push(Outcome::Refused { waiter: id, error: Error::DeadlineExceeded { waited, retry_after: None } });
         }
+        headed
     }
 
     /// Meters of tenants with no waiters that hold a full window remember

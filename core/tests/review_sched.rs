@@ -1,0 +1,58 @@
+//! Scheduler findings of the rev-sched review, each pinned on the manual clock.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use llmgov::{Acquire, Config, Governor, ManualClock, Permit, Request};
+use serde_json::json;
+
+fn governor(config: serde_json::Value) -> (Governor, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::new(0));
+    (Governor::with_clock(&Config::from_value(config).unwrap(), clock.clone()).unwrap(), clock)
+}
+
+fn poll(future: &mut Acquire) -> Poll<llmgov::Result<Permit>> {
+    Pin::new(future).poll(&mut Context::from_waker(Waker::noop()))
+}
+
+/// A head that was skipped in a poll (held back by a higher class's head)
+/// and whose deadline is that poll's time leaves the queue at the end of
+/// the poll. The waiter behind it, on a free scope, can go now: the poll
+/// must either admit it or say to poll again at once, as a withdrawn head
+/// does. Otherwise it waits for a release or the next deadline.
+#[test]
+fn a_head_expiring_at_the_end_of_a_poll_lets_the_next_one_go() {
+    let (gov, clock) = governor(json!({
+        "classes": {"interactive": {"max_wait": "1h"}},
+        "shares": {"t": {"weight": 1}},
+        "scopes": {
+            "t": {"limits": [{"dimension": "requests", "amount": 1000, "window": "1m"}]},
+            "s": {"limits": [{"dimension": "concurrency", "amount": 1}]},
+            "u": {"limits": [{"dimension": "requests", "amount": 1000, "window": "1m"}]},
+        },
+    }));
+    let (on_s, tenant_s, tenant_u) =
+        (gov.route(&["s"]).unwrap(), gov.route(&["t", "s"]).unwrap(), gov.route(&["t", "u"]).unwrap());
+    let mut held = gov.try_acquire(&Request::new(on_s)).unwrap();
+    // A higher class's head waits for the concurrency slot on `s`: it holds the line there.
+    let mut high = gov.acquire(&Request::new(on_s).class(gov.class("interactive")));
+    assert!(high.is_waiting());
+    // Tenant t: its head waits on `s` for 10 s, the next one is on `u`, which is free.
+    let mut first = gov.acquire(&Request::new(tenant_s).deadline(Duration::from_secs(10)));
+    let mut second = gov.acquire(&Request::new(tenant_u).deadline(Duration::from_secs(300)));
+    assert!(first.is_waiting() && second.is_waiting());
+    clock.advance(Duration::from_secs(10));
+    let next = gov.wake_waiters();
+    assert!(matches!(poll(&mut first), Poll::Ready(Err(llmgov::Error::DeadlineExceeded { .. }))));
+    // `second` can pass now: admitted in this poll, or polled again at once.
+    if poll(&mut second).is_pending() {
+        assert_eq!(next, Some(Duration::ZERO), "the waiter behind an expired head is left for a later deadline");
+        gov.wake_waiters();
+        assert!(matches!(poll(&mut second), Poll::Ready(Ok(_))));
+    }
+    assert!(poll(&mut high).is_pending());
+    gov.cancel(&mut held).unwrap();
+}
