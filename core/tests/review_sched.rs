@@ -56,3 +56,27 @@ fn a_head_expiring_at_the_end_of_a_poll_lets_the_next_one_go() {
     assert!(poll(&mut high).is_pending());
     gov.cancel(&mut held).unwrap();
 }
+
+/// Within a tenant, a request of higher priority goes before the tenant's
+/// waiters of lower priority (module docs, rule 4). Its predicted wait must
+/// not count them as ahead of it: a 100-token request at priority 10 that
+/// is next in line waits 6 s at 1000 tokens a minute, and is not refused at
+/// once for the 5000 tokens of priority 0 queued behind it.
+#[test]
+fn a_higher_priority_request_is_not_refused_for_the_lower_ones_of_its_tenant() {
+    let (gov, clock) = governor(json!({
+        "scopes": {"p": {"limits": [{"dimension": "tokens", "amount": 1000, "window": "1m"}]}},
+    }));
+    let route = gov.route(&["p"]).unwrap();
+    let _all = gov.try_acquire(&Request::new(route).input_tokens(1000)).unwrap();
+    let mut low: Vec<Acquire> = (0..5)
+        .map(|_| gov.acquire(&Request::new(route).input_tokens(1000).deadline(Duration::from_secs(600))))
+        .collect();
+    assert!(low.iter().all(Acquire::is_waiting));
+    let mut urgent = gov.acquire(&Request::new(route).input_tokens(100).priority(10).deadline(Duration::from_secs(10)));
+    assert!(urgent.is_waiting(), "refused at once: {:?}", poll(&mut urgent));
+    clock.advance(Duration::from_secs(6));
+    gov.wake_waiters();
+    assert!(matches!(poll(&mut urgent), Poll::Ready(Ok(_))));
+    assert!(low.iter_mut().all(|a| poll(a).is_pending()));
+}

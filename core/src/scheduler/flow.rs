@@ -159,6 +159,17 @@ impl Flow {
         self.waiters.values().next()
     }
 
+    /// What a new request at `priority` waits behind in this flow: its
+    /// waiters of at least that priority (equal ones came first). Counted
+    /// from the back, so the usual case (no waiter of lower priority) is free.
+    pub fn ahead_of(&self, priority: i32) -> Cost {
+        let mut ahead = self.backlog;
+        for waiter in self.waiters.iter().rev().map_while(|((p, _), w)| (p.0 < priority).then_some(w)) {
+            ahead.sub(&waiter.cost);
+        }
+        ahead
+    }
+
     pub fn remove(&mut self, order: &Order) -> Option<Waiter> {
         let waiter = self.waiters.remove(order)?;
         self.backlog.sub(&waiter.cost);

@@ -234,8 +234,8 @@ impl Scheduler {
         let class = self.class(class_name);
         let cost = Cost::of(request);
         let breaker = predict::open_breaker(ledger, request.route, now)?;
-        let wait = predict::predicted_wait(ledger, &self.classes, class, &route, &cost, now)?
-            .max(self.ceiling_wait(&route, class, &cost, now))
+        let wait = predict::predicted_wait(ledger, &self.classes, class, &route, &cost, request.priority, now)?
+            .max(self.ceiling_wait(&route, class, &cost, request.priority, now))
             .max(breaker.as_ref().map_or(0, |(_, until)| until.saturating_sub(now)));
         Ok(Prediction { route, class, cost, breaker, wait })
     }
@@ -390,13 +390,16 @@ impl Scheduler {
     /// `class` waiting, behind what its tenant already has waiting there
     /// and in every class served before it (the meter is the tenant's,
     /// whatever the class).
-    fn ceiling_wait(&self, route: &RouteInfo, class: usize, cost: &Cost, now: u64) -> u64 {
+    fn ceiling_wait(&self, route: &RouteInfo, class: usize, cost: &Cost, priority: i32, now: u64) -> u64 {
         let Some(meter) = self.meters.get(&route.flow) else { return 0 };
-        let priority = self.classes[class].settings.priority;
-        let queued = (self.classes.iter())
-            .filter(|queue| queue.settings.priority >= priority)
-            .filter_map(|queue| queue.flows.get(&route.flow).filter(|f| !f.waiters.is_empty()))
-            .fold(0u64, |sum, flow| sum.saturating_add(flow.backlog.tokens()));
+        let class_priority = self.classes[class].settings.priority;
+        // Of its own class, only what its priority puts ahead of it.
+        let queued = (self.classes.iter().enumerate())
+            .filter(|(_, queue)| queue.settings.priority >= class_priority)
+            .filter_map(|(i, queue)| Some((i, queue.flows.get(&route.flow).filter(|f| !f.waiters.is_empty())?)))
+            .map(|(i, flow)| if i == class { flow.ahead_of(priority) } else { flow.backlog })
+            .filter(|ahead| ahead.requests > 0)
+            .fold(0u64, |sum, ahead| sum.saturating_add(ahead.tokens()));
         meter.ceiling_after(queued, cost.tokens(), now).saturating_sub(now)
     }
 

@@ -76,9 +76,10 @@ pub(crate) fn predicted_wait(
     class: usize,
     info: &RouteInfo,
     cost: &Cost,
+    priority: i32,
     now: u64,
 ) -> Result<u64> {
-    let ahead_on = queued_ahead(classes, class, info, cost);
+    let ahead_on = queued_ahead(classes, class, info, cost, priority);
     let mut wait = 0u64;
     let mut scope = None;
     for limit in &info.limits {
@@ -155,15 +156,17 @@ fn sliding_window_wait(ledger: &Ledger, limit: &RouteLimit, units: u64, now: u64
     room_at.saturating_sub(now).saturating_add(more_windows.saturating_mul(window_ns))
 }
 
-/// What is served before a new request costing `cost` on `info` in
-/// `class`, on each scope of its route (in the order of `info.ids`): a
-/// flow's backlog is ahead on the scopes its head charges, and nowhere else.
-fn queued_ahead(classes: &[ClassQueue], class: usize, info: &RouteInfo, cost: &Cost) -> Vec<Cost> {
+/// What is served before a new request costing `cost` at `priority` on
+/// `info` in `class`, on each scope of its route (in the order of
+/// `info.ids`): a flow's backlog is ahead on the scopes its head charges,
+/// and nowhere else; of its own flow in its class, only the waiters of at
+/// least its priority.
+fn queued_ahead(classes: &[ClassQueue], class: usize, info: &RouteInfo, cost: &Cost, priority: i32) -> Vec<Cost> {
     let mine = &classes[class];
-    let own = mine.flows.get(&info.flow);
+    let own = mine.flows.get(&info.flow).map(|f| f.ahead_of(priority));
     // Deficit round robin gives each other flow `weight / my weight` of
     // what my flow is served until my request is.
-    let my_tokens = own.map_or(0, |f| f.backlog.tokens()).saturating_add(cost.tokens()) as f64;
+    let my_tokens = own.filter(|c| c.requests > 0).map_or(0, |c| c.tokens()).saturating_add(cost.tokens()) as f64;
     let my_weight = info.share.weight as f64;
     let mut ahead = vec![Cost::default(); info.ids.len()];
     for (i, queue) in classes.iter().enumerate() {
@@ -173,8 +176,10 @@ fn queued_ahead(classes: &[ClassQueue], class: usize, info: &RouteInfo, cost: &C
         }
         for (key, flow) in &queue.flows {
             let Some(head) = flow.head() else { continue };
-            let part = if whole || *key == info.flow {
+            let part = if whole {
                 flow.backlog
+            } else if *key == info.flow {
+                own.unwrap_or_default()
             } else {
                 let share = my_tokens * flow.weight as f64 / my_weight;
                 flow.backlog.scaled((share / flow.backlog.tokens() as f64).min(1.0))
