@@ -129,7 +129,7 @@ fn whitespace(bytes: &[u8], start: usize) -> (usize, u64) {
         // A lone tab or carriage return: a token of its own, or merged like punctuation.
         cost = w::PUNCT_RUN;
     }
-    let per_token = if blanks == len { 128 } else { 16 };
+    let per_token = if run.iter().all(|&b| b == b' ') { 128 } else { 16 };
     (end, cost + (len / per_token) * 1000)
 }
 
