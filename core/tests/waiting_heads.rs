@@ -1,4 +1,6 @@
-//! Scheduler findings of the rev-sched review, each pinned on the manual clock.
+//! Two rules of the queue at a tenant's head, on the manual clock: a head
+//! leaving at its deadline lets the waiter behind it go at once, and a
+//! request's predicted wait counts only the waiters its priority is behind.
 
 use std::future::Future;
 use std::pin::Pin;
