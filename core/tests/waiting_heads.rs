@@ -82,3 +82,29 @@ fn a_higher_priority_request_is_not_refused_for_the_lower_ones_of_its_tenant() {
     assert!(matches!(poll(&mut urgent), Poll::Ready(Ok(_))));
     assert!(low.iter_mut().all(|a| poll(a).is_pending()));
 }
+
+/// Two classes of equal priority (named only in code, both at the
+/// default's 25) share a scope both are backlogged on: they take turns,
+/// where the first one named used to take every admission.
+#[test]
+fn classes_of_equal_priority_take_turns() {
+    let (gov, clock) = governor(json!({
+        "scopes": {"p": {"limits": [{"dimension": "requests", "amount": 1, "window": "1s"}]}},
+    }));
+    let route = gov.route(&["p"]).unwrap();
+    let _first = gov.try_acquire(&Request::new(route)).unwrap();
+    let waiting = |class: &str| -> Vec<Acquire> {
+        let request = Request::new(route).class(gov.class(class)).deadline(Duration::from_secs(3600));
+        (0..10).map(|_| gov.acquire(&request)).collect()
+    };
+    let (mut chat, mut summarise) = (waiting("chat"), waiting("summarise"));
+    let admitted =
+        |futures: &mut [Acquire]| futures.iter_mut().filter_map(|f| poll(f).is_ready().then_some(())).count();
+    for _ in 0..10 {
+        clock.advance(Duration::from_secs(1));
+        gov.wake_waiters();
+    }
+    let (chat_served, summarise_served) = (admitted(&mut chat), admitted(&mut summarise));
+    assert_eq!(chat_served + summarise_served, 10, "one a second");
+    assert!(chat_served.abs_diff(summarise_served) <= 2, "chat {chat_served}, summarise {summarise_served}");
+}

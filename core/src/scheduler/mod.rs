@@ -30,7 +30,8 @@
 //!    (40), `agent` (30), the unnamed default class (25), `batch` (20),
 //!    `eval` (10), `background` (0), or as configured (`[classes.<name>]`).
 //!    A lower class is served only from capacity no higher class's head is
-//!    waiting for.
+//!    waiting for. Classes of equal priority (a class named only in code
+//!    has the default's 25) take turns going first, one poll each.
 //! 3. **Tenants**, within a phase, by deficit round robin on token cost:
 //!    each visit credits `quantum × weight` tokens, and a tenant's head is
 //!    admitted while its deficit covers its cost (input plus expected
@@ -135,6 +136,8 @@ pub struct Scheduler {
     seq: u64,
     /// The earliest time the last poll's refusals or meters may change.
     wake: Option<u64>,
+    /// Polls made: classes of equal priority take turns going first by it.
+    polls: usize,
 }
 
 impl Scheduler {
@@ -153,6 +156,7 @@ impl Scheduler {
             next_id: 0,
             seq: 0,
             wake: None,
+            polls: 0,
         })
     }
 
@@ -307,8 +311,14 @@ impl Scheduler {
         // Nobody is admitted after their deadline, however late this poll.
         self.expire(now, false, out);
         let mut pass = Pass { now, admit, held: Held::default(), wake: None, out };
-        let mut order: Vec<usize> = (0..self.classes.len()).collect();
-        order.sort_by_key(|&c| Reverse(self.classes[c].settings.priority));
+        // Classes of equal priority take turns going first, a poll each: in
+        // the order they were made, the first would starve the others under
+        // overload (classes named only in code all have the default's 25).
+        let count = self.classes.len();
+        let leader = self.polls % count.max(1);
+        self.polls = self.polls.wrapping_add(1);
+        let mut order: Vec<usize> = (0..count).collect();
+        order.sort_by_key(|&c| (Reverse(self.classes[c].settings.priority), (c + count - leader) % count));
         // As in HTB, traffic under its guarantee goes before any borrowing,
         // whatever its class: a guaranteed head refused holds the line for
         // every class's borrowers after it, so lending stops while it waits.
