@@ -1762,6 +1762,32 @@ llmgov_result llmgov_redis_permit_settle(struct llmgov_redis_permit *permit,
 llmgov_result llmgov_redis_permit_cancel(struct llmgov_redis_permit *permit);
 
 /**
+ * Feeds the provider's answer to this permit's request (HTTP status,
+ * headers, body) back into the local scopes of its route, as
+ * `llmgov_permit_report` does, and writes how it was read to `*out`: a 429
+ * holds the local scope it names empty until the retry-after, AIMD and the
+ * breaker learn, `remaining` headers lower buckets. Shared scopes take no
+ * provider feedback: on a route with no local scope the answer is only
+ * classified (and no error). Call it for successes too, any time before or
+ * after settling or cancelling. Reads the wall clock (for resets given as
+ * dates). A `status` outside 100 to 999 is `LLMGOV_RESULT_INVALID_REQUEST`
+ * naming `status`; nothing is fed back.
+ *
+ * # Ownership
+ * Headers and body are only read, during the call.
+ *
+ * # Safety
+ * As `llmgov_permit_report`, with a live Redis permit for `permit`.
+ */
+llmgov_result llmgov_redis_permit_report(const struct llmgov_redis_permit *permit,
+                                         uint16_t status,
+                                         const struct llmgov_header *headers_ptr,
+                                         size_t headers_len,
+                                         const uint8_t *body,
+                                         size_t body_len,
+                                         struct llmgov_classification *out);
+
+/**
  * Writes whether the permit's shared part came from the safe local share
  * (Redis was away when it was granted) to `*out_from_fallback`.
  *

@@ -1,5 +1,6 @@
 //! Admission on a Redis governor (`llmgov_redis_governor_try_acquire`, and
-//! `_acquire`, which waits) and the permit it gives (settle, cancel, free).
+//! `_acquire`, which waits) and the permit it gives (settle, cancel,
+//! report, free).
 
 use std::sync::Arc;
 use std::thread;
@@ -11,6 +12,7 @@ use llmgov_redis::{SharedPermit, Wait};
 use super::llmgov_redis_governor;
 use crate::args::{self, Out};
 use crate::cancel::{llmgov_cancel_token, Registration};
+use crate::classify::{fill, headers, http_status, llmgov_classification, llmgov_header};
 use crate::errors::{guard, guard_infallible, llmgov_result, Failure, Outcome};
 use crate::permit::{llmgov_usage, LLMGOV_NO_TIMEOUT};
 
@@ -216,6 +218,49 @@ pub unsafe extern "C" fn llmgov_redis_permit_settle(
 pub unsafe extern "C" fn llmgov_redis_permit_cancel(permit: *mut llmgov_redis_permit) -> llmgov_result {
     // SAFETY: the caller's contract.
     unsafe { with_permit(permit, |gov, permit| Ok(gov.governor.cancel(permit)?)) }
+}
+
+/// Feeds the provider's answer to this permit's request (HTTP status,
+/// headers, body) back into the local scopes of its route, as
+/// `llmgov_permit_report` does, and writes how it was read to `*out`: a 429
+/// holds the local scope it names empty until the retry-after, AIMD and the
+/// breaker learn, `remaining` headers lower buckets. Shared scopes take no
+/// provider feedback: on a route with no local scope the answer is only
+/// classified (and no error). Call it for successes too, any time before or
+/// after settling or cancelling. Reads the wall clock (for resets given as
+/// dates). A `status` outside 100 to 999 is `LLMGOV_RESULT_INVALID_REQUEST`
+/// naming `status`; nothing is fed back.
+///
+/// # Ownership
+/// Headers and body are only read, during the call.
+///
+/// # Safety
+/// As `llmgov_permit_report`, with a live Redis permit for `permit`.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_redis_permit_report(
+    permit: *const llmgov_redis_permit,
+    status: u16,
+    headers_ptr: *const llmgov_header,
+    headers_len: usize,
+    body: *const u8,
+    body_len: usize,
+    out: *mut llmgov_classification,
+) -> llmgov_result {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (handle, headers, body, out) = unsafe {
+            (
+                args::reference(permit, "permit")?,
+                headers(headers_ptr, headers_len)?,
+                args::slice(body, body_len, "body")?,
+                Out::new(out, "out")?,
+            )
+        };
+        let status = http_status(status)?;
+        let classification = handle.governor.governor.report(&handle.permit, status, &headers, body)?;
+        out.write(fill(&classification));
+        Ok(())
+    })
 }
 
 /// Writes whether the permit's shared part came from the safe local share

@@ -5,7 +5,9 @@
  * drained bucket and is admitted, a predicted wait past the timeout is
  * refused at once, a cancel token stops a wait on a held slot, local scopes
  * follow a manual clock, leased mode (from JSON) stays within the limit,
- * frees inside an event callback are safe, and bad input names the field.
+ * a report holds the route's local provider scope (and only classifies on a
+ * route of shared scopes alone), frees inside an event callback are safe,
+ * and bad input names the field.
  * Under valgrind, freeing everything leaks nothing. */
 #include <pthread.h>
 #include <sched.h>
@@ -364,6 +366,104 @@ static void leased_mode_from_json_stays_within_the_limit(void) {
     llmgov_redis_governor_free(b);
 }
 
+/* llmgov_redis_permit_report feeds a provider's answer into the local
+ * scopes of the permit's route: a 429's retry-after holds the local provider
+ * scope (on the manual clock). On a route of shared scopes alone it only
+ * classifies. Bad input names the field and writes nothing. */
+static void report_holds_the_local_provider_scope(void) {
+    char prefix[128], config[1024];
+    fresh_prefix(prefix, sizeof prefix, "report");
+    snprintf(config, sizeof config,
+             "[scopes.\"openai/org\"]\n"
+             "provider = true\n"
+             "limits = [{ dimension = \"requests\", amount = 1000, window = \"1m\" }]\n"
+             "[scopes.\"team\"]\n"
+             "limits = [{ dimension = \"tokens\", amount = 100000, window = \"1m\" }]\n"
+             "[redis]\nprefix = \"%s\"\nexpected_processes = 2\ntimeout = \"2s\"\n"
+             "[redis.scopes.\"team\"]\nmode = \"exact\"\n",
+             prefix);
+    llmgov_manual_clock *clock = llmgov_manual_clock_new(0);
+    const llmgov_redis_governor *gov = NULL;
+    CHECK_OK(llmgov_redis_governor_from_toml(config, clock, &gov));
+    const char *paths[] = {"team", "openai/org"};
+    uint64_t route = 0, shared_only = 0;
+    CHECK_OK(llmgov_redis_governor_route(gov, paths, 2, &route));
+    CHECK_OK(llmgov_redis_governor_route(gov, paths, 1, &shared_only));
+
+    static const char retry_after[] = "retry-after", thirty[] = "30";
+    const llmgov_header headers[] = {
+        {(const uint8_t *)retry_after, sizeof retry_after - 1, (const uint8_t *)thirty, sizeof thirty - 1},
+    };
+    llmgov_redis_permit *permit = NULL;
+    CHECK_OK(llmgov_redis_governor_try_acquire(gov, route, 10, 0, 10, &permit));
+    llmgov_classification c;
+    memset(&c, 0, sizeof c);
+    CHECK_OK(llmgov_redis_permit_report(permit, 429, headers, 1, NULL, 0, &c));
+    CHECK(c.limited && c.retryable);
+    CHECK(c.kind == LLMGOV_LIMIT_KIND_RATE_LIMITED);
+    CHECK(c.has_retry_after && c.retry_after_ms == 30000);
+    CHECK_OK(llmgov_redis_permit_cancel(permit));
+    llmgov_redis_permit_free(permit);
+
+    /* The local provider scope holds the next request for the retry-after. */
+    permit = NULL;
+    CHECK_RESULT(llmgov_redis_governor_try_acquire(gov, route, 10, 0, 10, &permit), LLMGOV_RESULT_RATE_LIMITED);
+    llmgov_error e = last_error();
+    CHECK_STR(e.scope, "openai/org");
+    CHECK(e.retry_after_ms >= 29000);
+    CHECK(permit == NULL);
+    char *json = NULL;
+    CHECK_OK(llmgov_redis_governor_snapshot_json(gov, &json));
+    CHECK_CONTAINS(json, "\"admitted_then_provider_rejected\":1");
+    llmgov_string_free(json);
+    /* The hold is the retry-after and a little more (AIMD slowed the rate). */
+    CHECK_OK(llmgov_manual_clock_advance(clock, 31000 * MS));
+    CHECK_OK(llmgov_redis_governor_try_acquire(gov, route, 10, 0, 10, &permit));
+    /* A success is classified too, and holds nothing. */
+    CHECK_OK(llmgov_redis_permit_report(permit, 200, NULL, 0, NULL, 0, &c));
+    CHECK(!c.limited && c.kind == LLMGOV_LIMIT_KIND_NONE);
+    CHECK_OK(llmgov_redis_permit_settle(permit, (llmgov_usage){10, 0, 5}));
+    llmgov_redis_permit_free(permit);
+
+    /* Shared scopes alone: the answer is classified, nothing is fed back,
+     * and no error. Reporting after the settle is allowed. */
+    CHECK_OK(llmgov_redis_governor_try_acquire(gov, shared_only, 10, 0, 10, &permit));
+    CHECK_OK(llmgov_redis_permit_settle(permit, (llmgov_usage){10, 0, 5}));
+    memset(&c, 0, sizeof c);
+    CHECK_OK(llmgov_redis_permit_report(permit, 429, headers, 1, NULL, 0, &c));
+    CHECK(c.limited && c.kind == LLMGOV_LIMIT_KIND_RATE_LIMITED);
+    CHECK(c.has_retry_after && c.retry_after_ms == 30000);
+    llmgov_redis_permit_free(permit);
+    CHECK_OK(llmgov_redis_governor_try_acquire(gov, shared_only, 10, 0, 10, &permit));
+    CHECK_OK(llmgov_redis_permit_cancel(permit));
+
+    /* Bad input names the field, and `out` keeps what it held. */
+    llmgov_classification untouched;
+    memset(&untouched, 0xab, sizeof untouched);
+    c = untouched;
+    CHECK_RESULT(llmgov_redis_permit_report(NULL, 429, headers, 1, NULL, 0, &c), LLMGOV_RESULT_NULL_ARGUMENT);
+    CHECK_STR(last_error().field, "permit");
+    CHECK_RESULT(llmgov_redis_permit_report(permit, 1000, headers, 1, NULL, 0, &c), LLMGOV_RESULT_INVALID_REQUEST);
+    e = last_error();
+    CHECK_STR(e.field, "status");
+    CHECK_STR(e.value, "1000");
+    CHECK_RESULT(llmgov_redis_permit_report(permit, 99, NULL, 0, NULL, 0, &c), LLMGOV_RESULT_INVALID_REQUEST);
+    CHECK_STR(last_error().value, "99");
+    CHECK_RESULT(llmgov_redis_permit_report(permit, 429, NULL, 1, NULL, 0, &c), LLMGOV_RESULT_NULL_ARGUMENT);
+    CHECK_STR(last_error().field, "headers");
+    const llmgov_header nameless[] = {{NULL, 3, (const uint8_t *)thirty, sizeof thirty - 1}};
+    CHECK_RESULT(llmgov_redis_permit_report(permit, 429, nameless, 1, NULL, 0, &c), LLMGOV_RESULT_NULL_ARGUMENT);
+    CHECK_STR(last_error().field, "headers[0].name");
+    CHECK_RESULT(llmgov_redis_permit_report(permit, 429, headers, 1, NULL, 5, &c), LLMGOV_RESULT_NULL_ARGUMENT);
+    CHECK_STR(last_error().field, "body");
+    CHECK_RESULT(llmgov_redis_permit_report(permit, 429, headers, 1, NULL, 0, NULL), LLMGOV_RESULT_NULL_ARGUMENT);
+    CHECK_STR(last_error().field, "out");
+    CHECK(memcmp(&c, &untouched, sizeof c) == 0);
+    llmgov_redis_permit_free(permit);
+    llmgov_manual_clock_free(clock);
+    llmgov_redis_governor_free(gov);
+}
+
 /* A Redis permit and governor freed from inside a local governor's event
  * callback go once the call that raised the event returns. */
 typedef struct {
@@ -499,6 +599,7 @@ int main(void) {
     a_cancel_token_stops_a_wait_on_a_held_slot();
     local_scopes_follow_a_manual_clock();
     leased_mode_from_json_stays_within_the_limit();
+    report_holds_the_local_provider_scope();
     frees_inside_an_event_callback_are_safe();
     bad_input_names_the_field();
     return finish("redis");
