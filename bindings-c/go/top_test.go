@@ -53,7 +53,7 @@ func TestTopDrawsTheMetricsJSON(t *testing.T) {
 		t.Fatalf("no %s %s %s line in\n%s", prefix, dimension, window, text)
 		return ""
 	}
-	if !strings.Contains(text, "admitted 2  rate limited 1  breaker refusals 0  provider 429s 1  expired 0") {
+	if !strings.Contains(text, "admitted 2  rate limited 1  never fit 0  breaker refusals 0  provider 429s 1  expired 0") {
 		t.Errorf("counters:\n%s", text)
 	}
 	if !strings.Contains(text,

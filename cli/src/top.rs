@@ -19,6 +19,8 @@ struct Snapshot {
     admitted: u64,
     rate_limited: u64,
     #[serde(default)]
+    never_fits: u64,
+    #[serde(default)]
     circuit_open: u64,
     admitted_then_provider_rejected: u64,
     expired_permits: u64,
@@ -36,7 +38,12 @@ struct Scope {
 #[derive(Debug, Deserialize)]
 struct Limit {
     dimension: String,
+    /// Enforced, after the safety margin.
     amount: u64,
+    /// As configured (absent from snapshots of older versions).
+    #[serde(default)]
+    configured_amount: Option<u64>,
+    /// Enforced now on a provider scope; 0 while still to be discovered.
     #[serde(default)]
     effective_amount: Option<u64>,
     window_ms: Option<u64>,
@@ -65,19 +72,22 @@ struct Class {
     oldest_wait_ms: u64,
 }
 
+/// `metrics()`; `{"snapshot", "queues"}` alone is read too.
+#[derive(Debug, Deserialize)]
+struct Metrics {
+    snapshot: Snapshot,
+    queues: Queues,
+    #[serde(default)]
+    refusals: Vec<Refusal>,
+    #[serde(default)]
+    retry_amplification: Option<f64>,
+}
+
 /// Either shape an application may expose.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 enum Exposed {
-    /// `metrics()`; `{"snapshot", "queues"}` alone is read too.
-    Metrics {
-        snapshot: Snapshot,
-        queues: Queues,
-        #[serde(default)]
-        refusals: Vec<Refusal>,
-        #[serde(default)]
-        retry_amplification: Option<f64>,
-    },
+    Metrics(Metrics),
     Plain(Snapshot),
 }
 
@@ -126,17 +136,18 @@ pub fn render(json: &str) -> Result<String, CliError> {
         CliError::field("snapshot", truncate(json.trim()), reason)
     })?;
     let (snapshot, queues, refusals, amplification) = match exposed {
-        Exposed::Metrics { snapshot, queues, refusals, retry_amplification } => {
+        Exposed::Metrics(Metrics { snapshot, queues, refusals, retry_amplification }) => {
             (snapshot, Some(queues), refusals, retry_amplification)
         }
         Exposed::Plain(snapshot) => (snapshot, None, Vec::new(), None),
     };
     let s = &snapshot;
     let mut out = format!(
-        "llmgov top  t={:.1}s  admitted {}  rate limited {}  breaker refusals {}  provider 429s {}  expired {}\n",
+        "llmgov top  t={:.1}s  admitted {}  rate limited {}  never fit {}  breaker refusals {}  provider 429s {}  expired {}\n",
         s.now_ms as f64 / 1000.0,
         s.admitted,
         s.rate_limited,
+        s.never_fits,
         s.circuit_open,
         s.admitted_then_provider_rejected,
         s.expired_permits
@@ -158,13 +169,7 @@ pub fn render(json: &str) -> Result<String, CliError> {
 fn why_not(json: &str) -> Option<String> {
     let value: serde_json::Value = serde_json::from_str(json).ok()?;
     let error = if value.get("snapshot").is_some() {
-        #[derive(Debug, Deserialize)]
-        #[allow(dead_code)]
-        struct MetricsShape {
-            snapshot: Snapshot,
-            queues: Queues,
-        }
-        serde_path_to_error::deserialize::<_, MetricsShape>(value).err()?
+        serde_path_to_error::deserialize::<_, Metrics>(value).err()?
     } else {
         serde_path_to_error::deserialize::<_, Snapshot>(value).err()?
     };
@@ -209,7 +214,9 @@ fn refusals_line(refusals: &[Refusal], amplification: f64) -> String {
         let named: Vec<String> = refusals
             .iter()
             .filter(|r| r.gateway_decision == decision && r.count > 0)
-            .map(|r| format!("{} {}", r.dimension, r.count))
+            // Local refusals that name no dimension: an open breaker, a
+            // full queue, a deadline.
+            .map(|r| format!("{} {}", if r.dimension == "none" { "other" } else { &r.dimension }, r.count))
             .collect();
         if named.is_empty() {
             "none".to_owned()
@@ -227,34 +234,20 @@ fn refusals_line(refusals: &[Refusal], amplification: f64) -> String {
 /// A header, then a row per scope and limit with its utilisation bar, and a
 /// line for each breaker that is not closed.
 fn scope_rows(scopes: &[Scope]) -> String {
-    let name_width = scopes.iter().map(|sc| sc.path.len()).max().unwrap_or(5).max(5);
+    // Formatting pads by characters, so paths are measured in them too.
+    let name_width = scopes.iter().map(|sc| sc.path.chars().count()).max().unwrap_or(5).max(5);
     let mut out = format!(
         "{:name_width$}  {:<13} {:>7}  {:>21}  {:>9}  utilisation (█ used ▒ reserved)\n",
         "scope", "dimension", "window", "in use / limit", "reserved"
     );
     for scope in scopes {
         for limit in &scope.limits {
-            let effective = limit.effective_amount.unwrap_or(limit.amount);
-            let share_of = |n: u64| if effective == 0 { 1.0 } else { n as f64 / effective as f64 };
-            let cells = |share: f64| ((share.clamp(0.0, 1.0) * BAR as f64).round() as usize).min(BAR);
-            let share = share_of(limit.in_use);
-            let (filled, used) = (cells(share), cells(share_of(limit.in_use.saturating_sub(limit.reserved))));
-            let bar = "█".repeat(used) + &"▒".repeat(filled - used) + &"░".repeat(BAR - filled);
             let window = limit.window_ms.map_or_else(|| "-".to_owned(), format_window);
-            let note = match limit.effective_amount {
-                Some(e) if e != limit.amount => format!("  (configured {})", limit.amount),
-                _ => String::new(),
-            };
-            let in_use = format!("{} / {}", limit.in_use, effective);
+            let (in_use, bar) = limit_cells(limit);
             let _ = writeln!(
                 out,
-                "{:name_width$}  {:<13} {:>7}  {:>21}  {:>9}  {bar} {:>4.0}%{note}",
-                scope.path,
-                limit.dimension,
-                window,
-                in_use,
-                limit.reserved,
-                share * 100.0
+                "{:name_width$}  {:<13} {:>7}  {:>21}  {:>9}  {bar}",
+                scope.path, limit.dimension, window, in_use, limit.reserved
             );
         }
         if let Some(state) = scope.breaker.as_deref().filter(|s| *s != "closed") {
@@ -262,6 +255,27 @@ fn scope_rows(scopes: &[Scope]) -> String {
         }
     }
     out
+}
+
+/// A limit's "in use / limit" cell and its bar, share and note. A limit
+/// left to discovery that no answer has named yet (effective amount 0) has
+/// no share to draw.
+fn limit_cells(limit: &Limit) -> (String, String) {
+    let effective = limit.effective_amount.unwrap_or(limit.amount);
+    if effective == 0 {
+        let bar = "░".repeat(BAR) + "     (limit not yet discovered)";
+        return (format!("{} / ?", limit.in_use), bar);
+    }
+    let share_of = |n: u64| n as f64 / effective as f64;
+    let cells = |share: f64| ((share.clamp(0.0, 1.0) * BAR as f64).round() as usize).min(BAR);
+    let share = share_of(limit.in_use);
+    let (filled, used) = (cells(share), cells(share_of(limit.in_use.saturating_sub(limit.reserved))));
+    let note = match limit.effective_amount {
+        Some(e) if e != limit.amount => format!("  (configured {})", limit.configured_amount.unwrap_or(limit.amount)),
+        _ => String::new(),
+    };
+    let bar = "█".repeat(used) + &"▒".repeat(filled - used) + &"░".repeat(BAR - filled);
+    (format!("{} / {effective}", limit.in_use), format!("{bar} {:>4.0}%{note}", share * 100.0))
 }
 
 /// Each class's queue depth and oldest waiter.

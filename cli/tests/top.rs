@@ -181,3 +181,47 @@ fn a_source_that_is_down_or_https_says_why() {
     let stderr = String::from_utf8(https.stderr).unwrap();
     assert!(stderr.contains("`https://` is not read; give an http:// URL (no TLS) or a file path"), "{stderr}");
 }
+
+/// The note named the enforced amount (after the safety margin) as the
+/// configured one; a limit still to be discovered (effective 0) was drawn
+/// 100% full; never-fits refusals and refusals of no dimension (an open
+/// breaker) were left out or printed as "none".
+#[test]
+fn draws_margins_undiscovered_limits_and_every_refusal() {
+    let config = json!({"safety_margin": 0.9, "adaptive": {"decrease": 0.5}, "scopes": {
+        "openai/org": {"provider": true, "limits": [{"dimension": "tokens", "amount": 10000, "window": "1m"}]},
+        "anthropic/örg": {"provider": true, "limits": [{"dimension": "requests", "window": "1m"}]},
+    }});
+    let gov = Governor::with_clock(&Config::from_value(config).unwrap(), Arc::new(ManualClock::new(0))).unwrap();
+    let openai = gov.route(&["openai/org"]).unwrap();
+    let permit = gov.try_acquire(&Request::new(openai).input_tokens(100)).unwrap();
+    let body = br#"{"error":{"type":"tokens","code":"rate_limit_exceeded"}}"#;
+    let feedback = llmgov::classify_response(429, &[("retry-after", "0")], body, llmgov::ProviderHint::OpenAi, 0);
+    gov.report_classified(&permit, &feedback).unwrap();
+    assert!(gov.try_acquire(&Request::new(openai).input_tokens(20_000)).is_err(), "never fits");
+    let mut metrics: serde_json::Value = serde_json::to_value(gov.metrics()).unwrap();
+    metrics["refusals"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"dimension": "none", "gateway_decision": "rejected_locally", "count": 2}));
+    let text = llmgov_cli::top::render(&metrics.to_string()).unwrap();
+    println!("{text}");
+    assert!(text.contains("never fit 1"), "{text}");
+    assert!(text.contains("other 2") && !text.contains("none 2"), "{text}");
+    let tokens = text.lines().find(|l| l.starts_with("openai/org")).unwrap();
+    assert!(tokens.contains("/ 4500") && tokens.contains("(configured 10000)"), "{tokens}");
+    let unknown = text.lines().find(|l| l.starts_with("anthropic/örg")).unwrap();
+    assert!(unknown.contains("0 / ?") && unknown.contains("(limit not yet discovered)"), "{unknown}");
+    assert!(!unknown.contains('█') && !unknown.contains('%'), "{unknown}");
+    // Paths are padded by characters: every row's dimension column lines up.
+    let header = text.lines().find(|l| l.starts_with("scope")).unwrap();
+    let at = header.find("dimension").unwrap();
+    for (row, dimension) in [(tokens, "tokens"), (unknown, "requests")] {
+        let chars_before = row.char_indices().position(|(i, _)| row[i..].starts_with(dimension));
+        assert_eq!(chars_before, Some(at), "{row}");
+    }
+    // A bad `refusals` names its field.
+    metrics["refusals"] = json!([{"dimension": 3}]);
+    let err = llmgov_cli::top::render(&metrics.to_string()).unwrap_err().to_string();
+    assert!(err.contains("refusals[0].dimension: invalid type: integer"), "{err}");
+}
