@@ -249,6 +249,33 @@ pub(crate) fn http_status(status: u16) -> Outcome<u16> {
     }))
 }
 
+/// A provider's answer as `llmgov_permit_report` and
+/// `llmgov_redis_permit_report` take it: read, handed to `feed` (which
+/// feeds it into a governor and classifies it), and the classification
+/// written to `*out`.
+///
+/// # Safety
+/// As `llmgov_permit_report`'s headers, body and `out`.
+pub(crate) unsafe fn report_answer<E>(
+    status: u16,
+    headers_ptr: *const llmgov_header,
+    headers_len: usize,
+    body: *const u8,
+    body_len: usize,
+    out: *mut llmgov_classification,
+    feed: impl FnOnce(u16, &[(&[u8], &[u8])], &[u8]) -> Result<Classification, E>,
+) -> Outcome
+where
+    Failure: From<E>,
+{
+    // SAFETY: the caller's contract.
+    let (headers, body, out) =
+        unsafe { (headers(headers_ptr, headers_len)?, args::slice(body, body_len, "body")?, Out::new(out, "out")?) };
+    let classification = feed(http_status(status)?, &headers, body)?;
+    out.write(fill(&classification));
+    Ok(())
+}
+
 /// Reads a status, headers and body as the classifier does.
 ///
 /// # Safety

@@ -7,7 +7,7 @@ use std::time::Duration;
 use llmgov_core::{Permit, PermitState, Request, Route, Usage};
 
 use crate::args::{self, Out};
-use crate::classify::{fill, headers, http_status, llmgov_classification, llmgov_header};
+use crate::classify::{llmgov_classification, llmgov_header, report_answer};
 use crate::errors::{guard, guard_infallible, llmgov_result, Outcome};
 use crate::governor::llmgov_governor;
 
@@ -305,18 +305,13 @@ pub unsafe extern "C" fn llmgov_permit_report(
 ) -> llmgov_result {
     guard(|| {
         // SAFETY: the caller's contract.
-        let (handle, headers, body, out) = unsafe {
-            (
-                args::reference(permit, "permit")?,
-                headers(headers_ptr, headers_len)?,
-                args::slice(body, body_len, "body")?,
-                Out::new(out, "out")?,
-            )
-        };
-        let status = http_status(status)?;
-        let classification = handle.governor.governor.report(&handle.permit, status, &headers, body)?;
-        out.write(fill(&classification));
-        Ok(())
+        let handle = unsafe { args::reference(permit, "permit") }?;
+        // SAFETY: the caller's contract.
+        unsafe {
+            report_answer(status, headers_ptr, headers_len, body, body_len, out, |status, headers, body| {
+                handle.governor.governor.report(&handle.permit, status, headers, body)
+            })
+        }
     })
 }
 

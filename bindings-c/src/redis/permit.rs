@@ -12,7 +12,7 @@ use llmgov_redis::{SharedPermit, Wait};
 use super::llmgov_redis_governor;
 use crate::args::{self, Out};
 use crate::cancel::{llmgov_cancel_token, Registration};
-use crate::classify::{fill, headers, http_status, llmgov_classification, llmgov_header};
+use crate::classify::{llmgov_classification, llmgov_header, report_answer};
 use crate::errors::{guard, guard_infallible, llmgov_result, Failure, Outcome};
 use crate::permit::{llmgov_usage, LLMGOV_NO_TIMEOUT};
 
@@ -248,18 +248,13 @@ pub unsafe extern "C" fn llmgov_redis_permit_report(
 ) -> llmgov_result {
     guard(|| {
         // SAFETY: the caller's contract.
-        let (handle, headers, body, out) = unsafe {
-            (
-                args::reference(permit, "permit")?,
-                headers(headers_ptr, headers_len)?,
-                args::slice(body, body_len, "body")?,
-                Out::new(out, "out")?,
-            )
-        };
-        let status = http_status(status)?;
-        let classification = handle.governor.governor.report(&handle.permit, status, &headers, body)?;
-        out.write(fill(&classification));
-        Ok(())
+        let handle = unsafe { args::reference(permit, "permit") }?;
+        // SAFETY: the caller's contract.
+        unsafe {
+            report_answer(status, headers_ptr, headers_len, body, body_len, out, |status, headers, body| {
+                handle.governor.governor.report(&handle.permit, status, headers, body)
+            })
+        }
     })
 }
 
