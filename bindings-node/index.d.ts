@@ -171,6 +171,14 @@ export declare class NativeRedisPermit {
   settle(inputTokens: number, cachedInputTokens: number, outputTokens: number): Promise<void>
   /** Gives the whole reservation back, on the thread pool. */
   cancel(): Promise<void>
+  /**
+   * Feeds the provider's answer to this permit's request into the
+   * route's local scopes (a 429 holds the local provider scope it names
+   * empty until the retry-after, AIMD and the breaker learn) and returns
+   * how it was read. Shared scopes take no provider feedback: on a route
+   * of shared scopes alone the answer is only classified. No I/O.
+   */
+  report(status: number, headers: Array<string>, body: string): Classification
   /** What it reserved. */
   get estimate(): RedisEstimate
   /**

@@ -105,6 +105,28 @@ fn wall_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
+/// An answer's status and flattened headers as JavaScript gives them,
+/// checked.
+pub(crate) fn answer(status: f64, headers: &[String]) -> llmgov::Result<(u16, Vec<(&str, &str)>)> {
+    Ok((status_code(status)?, header_pairs(headers)?))
+}
+
+/// The core's classification, camelCased for JavaScript.
+pub(crate) fn to_js(c: &feedback::Classification) -> Classification {
+    Classification {
+        limited: c.limited,
+        kind: serde_name(&c.kind),
+        dimension: c.dimension.as_str().to_owned(),
+        retry_after_ms: c.retry_after_ms.map(|ms| ms as f64),
+        remaining: by_dimension(&c.remaining),
+        limit: by_dimension(&c.limit),
+        reset_ms: by_dimension(&c.reset_ms),
+        retryable: c.retryable,
+        provider: provider_name(c.provider).to_owned(),
+        status: u32::from(c.status),
+    }
+}
+
 /// Classifies an answer; returns it for JavaScript and for the core.
 pub fn classify(
     env: &Env,
@@ -119,23 +141,12 @@ pub fn classify(
             Some(ms) => count("now_ms", ms)?,
             None => wall_ms(),
         };
-        Ok::<_, llmgov::Error>((status_code(status)?, header_pairs(headers)?, provider_hint(provider)?, now))
+        let (status, pairs) = answer(status, headers)?;
+        Ok::<_, llmgov::Error>((status, pairs, provider_hint(provider)?, now))
     })();
     let (status, pairs, hint, now) = inputs.or_throw(env)?;
     let c = feedback::classify_response(status, &pairs, body.as_bytes(), hint, now);
-    let js = Classification {
-        limited: c.limited,
-        kind: serde_name(&c.kind),
-        dimension: c.dimension.as_str().to_owned(),
-        retry_after_ms: c.retry_after_ms.map(|ms| ms as f64),
-        remaining: by_dimension(&c.remaining),
-        limit: by_dimension(&c.limit),
-        reset_ms: by_dimension(&c.reset_ms),
-        retryable: c.retryable,
-        provider: provider_name(c.provider).to_owned(),
-        status: u32::from(c.status),
-    };
-    Ok((js, c))
+    Ok((to_js(&c), c))
 }
 
 /// Reads what a provider's answer says about its limits. `headers` are

@@ -319,6 +319,48 @@ test('a manual clock expires a permit: settling it rejects with PermitExpiredErr
   assert.throws(() => one('expiry-monotonic', [FIVE_A_SECOND]).advance(1), (e) => e instanceof InvalidRequestError && e.field === 'clock');
 });
 
+test("report feeds a provider's answer into the route's local scopes; on shared scopes alone it only classifies", { skip: NO_SERVER }, async () => {
+  const prefix = freshPrefix('report');
+  const gov = RedisGovernor.fromToml(`
+[scopes."openai/org"]
+provider = true
+limits = [{ dimension = "requests", amount = 1000, window = "1m" }]
+[scopes."team"]
+limits = [{ dimension = "tokens", amount = 100000, window = "1m" }]
+[redis]
+prefix = "${prefix}"
+expected_processes = 1
+timeout = "${TIMEOUT}"
+[redis.scopes."team"]
+mode = "exact"
+`, { clock: 'manual' });
+  const paths = ['team', 'openai/org'];
+  const permit = await gov.tryAcquire({ paths, inputTokens: 10, maxOutputTokens: 10 });
+  const c = permit.report(429, { 'retry-after': '30' }, '');
+  assert.equal(c.limited, true);
+  assert.equal(c.retryAfterMs, 30_000);
+  await permit.cancel();
+  // The local provider scope holds the next request for the retry-after.
+  await assert.rejects(gov.tryAcquire({ paths, inputTokens: 10 }), (e) =>
+    e instanceof RateLimitedError && e.scope === 'openai/org' && e.retryAfterMs >= 29_000);
+  assert.equal(gov.snapshot().admittedThenProviderRejected, 1);
+  gov.advance(31_000);
+  await (await gov.tryAcquire({ paths, inputTokens: 10 })).settle();
+
+  // An SDK APIError and a fetch Response are read as Permit.report reads them.
+  const shared = await gov.tryAcquire({ paths: ['team'], inputTokens: 10 });
+  const fromError = shared.report({ status: 503, headers: {}, error: { message: 'overloaded' } });
+  assert.equal(fromError.status, 503);
+  const fromResponse = await shared.report(new Response('{}', { status: 200, headers: { 'x-ratelimit-remaining-tokens': '5' } }));
+  assert.equal(fromResponse.limited, false);
+  assert.equal(fromResponse.remaining.tokens, 5);
+  assert.throws(() => shared.report(42), (e) => e instanceof InvalidRequestError && e.field === 'status');
+  assert.throws(() => shared.report('429'), (e) => e instanceof InvalidRequestError && e.field === 'response');
+  await shared.settle();
+  // Shared scopes took no feedback: the team's budget is untouched by the answers.
+  assert.equal(gov.snapshot().admittedThenProviderRejected, 1);
+});
+
 test('the event loop keeps turning while a Redis call is in flight', async () => {
   // A server that accepts and never answers: the acquire waits out its
   // timeout on the thread pool, then admits from the safe local share.

@@ -42,6 +42,38 @@ function isEventStream(headers: HeadersLike): boolean {
 }
 
 /**
+ * Reads `report`'s arguments (a status with headers and body, an SDK
+ * `APIError`, or a fetch `Response`) and hands the answer to `send`, with
+ * the headers flattened: `Permit.report` and `RedisPermit.report`.
+ * @internal
+ */
+export function reportAnswer(
+  send: (status: number, headers: string[], body: string) => Classification,
+  what: number | APIErrorLike | ResponseLike,
+  headers?: HeadersLike | null,
+  body?: BodyLike,
+): Classification | Promise<Classification> {
+  const report = (status: number, h: HeadersLike | null | undefined, b: BodyLike) =>
+    send(checkStatus(status), flattenHeaders(h), bodyText(b));
+  if (typeof what === 'number') return report(what, headers, body);
+  if (isResponse(what)) {
+    // A body read already cannot be cloned, and a stream's clone would
+    // resolve only when the stream ends: the status and headers carry
+    // what a success says about limits.
+    if (what.bodyUsed || what.body?.locked || isEventStream(what.headers)) {
+      return new Promise((resolve) => resolve(report(what.status, what.headers, '')));
+    }
+    return what.clone().text().then((text) => report(what.status, what.headers, text));
+  }
+  if (typeof what === 'object' && what !== null && 'status' in what) {
+    const error = what as APIErrorLike;
+    const errorBody = error.error === undefined ? undefined : { error: error.error };
+    return report(checkStatus(error.status), error.headers, errorBody);
+  }
+  throw invalidArgument('response', what, 'must be a status, a fetch Response or an SDK APIError');
+}
+
+/**
  * A granted reservation. Settle it with the actual usage, or cancel it if
  * the request was never sent; left alone, it expires after the permit TTL,
  * charged as estimated, its concurrency slot freed. It reconciles once.
@@ -136,26 +168,12 @@ export class Permit {
     headers?: HeadersLike | null,
     body?: BodyLike,
   ): Classification | Promise<Classification> {
-    if (typeof what === 'number') return this.#report(what, headers, body);
-    if (isResponse(what)) {
-      // A body read already cannot be cloned, and a stream's clone would
-      // resolve only when the stream ends: the status and headers carry
-      // what a success says about limits.
-      if (what.bodyUsed || what.body?.locked || isEventStream(what.headers)) {
-        return new Promise((resolve) => resolve(this.#report(what.status, what.headers, '')));
-      }
-      return what.clone().text().then((text) => this.#report(what.status, what.headers, text));
-    }
-    if (typeof what === 'object' && what !== null && 'status' in what) {
-      const error = what as APIErrorLike;
-      const errorBody = error.error === undefined ? undefined : { error: error.error };
-      return this.#report(checkStatus(error.status), error.headers, errorBody);
-    }
-    throw invalidArgument('response', what, 'must be a status, a fetch Response or an SDK APIError');
-  }
-
-  #report(status: number, headers: HeadersLike | null | undefined, body: BodyLike): Classification {
-    return this.#gov.report(this.#handle, this.route, checkStatus(status), flattenHeaders(headers), bodyText(body));
+    return reportAnswer(
+      (status, flat, text) => this.#gov.report(this.#handle, this.route, status, flat, text),
+      what,
+      headers,
+      body,
+    );
   }
 
   #finish(op: () => number, state: PermitState): void {

@@ -11,7 +11,10 @@ import { count, optionalCount } from './hot';
 import { AcquireRequest, GovernorOptions, inputOf, looksLikePath, manual, readConfig } from './governor';
 import { signalOf } from './waiting';
 import { AnyUsage, usageCounts } from './usage';
-import type { Metrics, Snapshot } from './native';
+import type { Classification, Metrics, Snapshot } from './native';
+import { APIErrorLike, ResponseLike, reportAnswer } from './permit';
+import type { HeadersLike } from './headers';
+import type { BodyLike } from './feedback';
 
 type NativeRedisGovernor = InstanceType<typeof native.NativeRedisGovernor>;
 type NativeRedisPermit = InstanceType<typeof native.NativeRedisPermit>;
@@ -263,6 +266,26 @@ export class RedisPermit {
     const [input, cached, output] = usageCounts(usage, () => this.#estimateCounts());
     await this.#finish(() => this.#native.settle(input, cached, output), 'settled');
     this.#charged = { inputTokens: input, cachedInputTokens: cached, outputTokens: output };
+  }
+
+  /**
+   * Feeds the provider's answer into the route's local scopes (a 429 holds
+   * the local provider scope it names empty until the retry-after; AIMD
+   * and the breaker learn) and returns its classification; settle or
+   * cancel as usual afterwards. Shared scopes take no provider feedback:
+   * on a route of shared scopes alone the answer is only classified.
+   * Takes what `Permit.report` takes: `(status, headers, body)`, an SDK
+   * `APIError`, or a fetch `Response` (then a Promise).
+   */
+  report(status: number, headers?: HeadersLike | null, body?: BodyLike): Classification;
+  report(error: APIErrorLike): Classification;
+  report(response: ResponseLike): Promise<Classification>;
+  report(
+    what: number | APIErrorLike | ResponseLike,
+    headers?: HeadersLike | null,
+    body?: BodyLike,
+  ): Classification | Promise<Classification> {
+    return reportAnswer((status, flat, text) => this.#native.report(status, flat, text), what, headers, body);
   }
 
   /** Gives the whole reservation back: the request was never sent. */

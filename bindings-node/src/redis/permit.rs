@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use llmgov::Usage;
+use llmgov::{Route, Usage};
 use llmgov_redis::SharedPermit;
 use napi::bindgen_prelude::AsyncTask;
 use napi::{Env, Result, Task};
@@ -11,6 +11,7 @@ use napi_derive::napi;
 
 use super::SharedGovernor;
 use crate::errors::{reject_redis, OrThrow};
+use crate::feedback::{answer, to_js, Classification};
 use crate::numbers::count;
 
 /// A granted reservation of a `RedisGovernor`. Use the package's
@@ -22,12 +23,15 @@ pub struct NativeRedisPermit {
     permit: Arc<Mutex<SharedPermit>>,
     estimate: Usage,
     from_fallback: bool,
+    /// Where the provider's answer goes (fixed when granted, so `report`
+    /// never waits for a reconciling task's lock).
+    feedback_target: Option<(Route, u64)>,
 }
 
 impl NativeRedisPermit {
     pub(crate) fn new(gov: SharedGovernor, permit: SharedPermit, estimate: Usage) -> Self {
-        let from_fallback = permit.from_fallback();
-        NativeRedisPermit { gov, permit: Arc::new(Mutex::new(permit)), estimate, from_fallback }
+        let (from_fallback, feedback_target) = (permit.from_fallback(), permit.feedback_target());
+        NativeRedisPermit { gov, permit: Arc::new(Mutex::new(permit)), estimate, from_fallback, feedback_target }
     }
 
     fn reconcile(&self, actual: Option<Usage>) -> AsyncTask<Reconcile> {
@@ -67,6 +71,22 @@ impl NativeRedisPermit {
     #[napi(catch_unwind, ts_return_type = "Promise<void>")]
     pub fn cancel(&self) -> AsyncTask<Reconcile> {
         self.reconcile(None)
+    }
+
+    /// Feeds the provider's answer to this permit's request into the
+    /// route's local scopes (a 429 holds the local provider scope it names
+    /// empty until the retry-after, AIMD and the breaker learn) and returns
+    /// how it was read. Shared scopes take no provider feedback: on a route
+    /// of shared scopes alone the answer is only classified. No I/O.
+    #[napi(catch_unwind)]
+    pub fn report(&self, env: Env, status: f64, headers: Vec<String>, body: String) -> Result<Classification> {
+        let (status, pairs) = answer(status, &headers).or_throw(&env)?;
+        let classification = self
+            .gov
+            .get()
+            .report_sent(self.feedback_target, status, &pairs, body.as_bytes())
+            .map_err(|e| reject_redis(&env, e))?;
+        Ok(to_js(&classification))
     }
 
     /// What it reserved.
