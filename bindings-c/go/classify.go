@@ -144,6 +144,40 @@ func cHeaders(header http.Header) (*C.llmgov_header, C.size_t, func()) {
 	}
 }
 
+// cAnswer is a provider's answer in the form a C report function takes,
+// with where it writes the classification. The headers are C memory,
+// freed when the report returns.
+type cAnswer struct {
+	status     C.uint16_t
+	headers    *C.llmgov_header
+	headersLen C.size_t
+	body       *C.uint8_t
+	bodyLen    C.size_t
+	out        *C.llmgov_classification
+}
+
+// report is Permit.Report and RedisPermit.Report: the status checked, then,
+// under the permit's locked (nil, zero and closed permits are errors), the
+// headers copied for C and cReport (the permit's C report function) called
+// with the answer; the classification it fills is decoded.
+func report[H any](locked func(func(H) error) error, status int, header http.Header, body []byte,
+	cReport func(H, *cAnswer) C.llmgov_result) (Classification, error) {
+	if err := checkStatus(status); err != nil {
+		return Classification{}, err
+	}
+	var out C.llmgov_classification
+	err := locked(func(h H) error {
+		headers, n, free := cHeaders(header)
+		defer free()
+		a := cAnswer{C.uint16_t(status), headers, n, bytesPtr(body), C.size_t(len(body)), &out}
+		return call(func() C.llmgov_result { return cReport(h, &a) })
+	})
+	if err != nil {
+		return Classification{}, err
+	}
+	return classificationFromC(&out), nil
+}
+
 // checkStatus refuses what is no HTTP status, as the C library (and
 // Python and Node) do; it also keeps an int from being cut to uint16.
 func checkStatus(status int) error {

@@ -205,22 +205,9 @@ func (p *Permit) AddOutput(tokens uint64) error {
 // headers, body) back into the route's provider scopes, and says how it
 // was read. Call it for successes too; then settle or cancel as usual.
 func (p *Permit) Report(status int, header http.Header, body []byte) (Classification, error) {
-	var out C.llmgov_classification
-	if err := checkStatus(status); err != nil {
-		return Classification{}, err
-	}
-	err := p.locked(func(h *C.llmgov_permit) error {
-		headers, n, free := cHeaders(header)
-		defer free()
-		return call(func() C.llmgov_result {
-			return C.llmgov_permit_report(h, C.uint16_t(status), headers, n, bytesPtr(body),
-				C.size_t(len(body)), &out)
-		})
+	return report(p.locked, status, header, body, func(h *C.llmgov_permit, a *cAnswer) C.llmgov_result {
+		return C.llmgov_permit_report(h, a.status, a.headers, a.headersLen, a.body, a.bodyLen, a.out)
 	})
-	if err != nil {
-		return Classification{}, err
-	}
-	return classificationFromC(&out), nil
 }
 
 // State is where the permit stands.

@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"context"
+	"net/http"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -275,6 +276,21 @@ func (p *RedisPermit) Settle(u Usage) error {
 func (p *RedisPermit) Cancel() error {
 	return p.locked(func(h *C.llmgov_redis_permit) error {
 		return call(func() C.llmgov_result { return C.llmgov_redis_permit_cancel(h) })
+	})
+}
+
+// Report feeds the provider's answer to this permit's request (status,
+// headers, body) back into the local scopes of its route, as Permit.Report
+// does, and says how it was read: a 429 holds the local scope it names
+// empty until the retry-after, AIMD and the breaker learn, remaining
+// headers lower buckets. Shared scopes take no provider feedback: on a
+// route of shared scopes alone the answer is only classified (without
+// error). Call it for successes too, before or after settling or
+// cancelling. A status outside 100 to 999 is ErrInvalidRequest naming
+// "status", and nothing is fed back.
+func (p *RedisPermit) Report(status int, header http.Header, body []byte) (Classification, error) {
+	return report(p.locked, status, header, body, func(h *C.llmgov_redis_permit, a *cAnswer) C.llmgov_result {
+		return C.llmgov_redis_permit_report(h, a.status, a.headers, a.headersLen, a.body, a.bodyLen, a.out)
 	})
 }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -396,5 +398,145 @@ limits = [{ dimension = "requests", amount = 1, window = "1m" }]
 	}
 	if refused, ok := metrics.Refused("requests", llmgov.RejectedLocally); !ok || refused != 1 {
 		t.Fatalf("refusals %+v", metrics.Refusals)
+	}
+}
+
+// Report feeds a provider's answer into the local scopes of the permit's
+// route (on the manual clock): a 429's retry-after holds the local provider
+// scope. On a route of shared scopes alone it only classifies. As
+// test_redis.c's report_holds_the_local_provider_scope.
+func TestRedisReportHoldsTheLocalProviderScope(t *testing.T) {
+	redisURL(t)
+	config := fmt.Sprintf(`
+[scopes."openai/org"]
+provider = true
+limits = [{ dimension = "requests", amount = 1000, window = "1m" }]
+[scopes."team"]
+limits = [{ dimension = "tokens", amount = 100000, window = "1m" }]
+[redis]
+prefix = %q
+expected_processes = 2
+timeout = "2s"
+[redis.scopes."team"]
+mode = "exact"
+`, freshPrefix(t))
+	clock := llmgov.NewManualClock(0)
+	defer clock.Close()
+	gov, err := llmgov.NewRedisGovernorFromTOML(config, llmgov.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gov.Close()
+	route := must[llmgov.RedisRoute](t)(gov.Route("team", "openai/org"))
+	sharedOnly := must[llmgov.RedisRoute](t)(gov.Route("team"))
+	r := llmgov.RedisRequest{Route: route, InputTokens: 10, MaxOutputTokens: 10}
+	retry := http.Header{"Retry-After": {"30"}}
+
+	permit := must[*llmgov.RedisPermit](t)(gov.TryAcquire(r))
+	c := must[llmgov.Classification](t)(permit.Report(429, retry, nil))
+	if !c.Limited || !c.Retryable || c.Kind != "rate_limited" || !c.HasRetryAfter || c.RetryAfter != 30*time.Second {
+		t.Fatalf("classification %+v", c)
+	}
+	if err := permit.Cancel(); err != nil {
+		t.Fatal(err)
+	}
+	permit.Close()
+
+	// The local provider scope holds the next request for the retry-after,
+	// on the manual clock.
+	refused := func(when string) {
+		t.Helper()
+		p, err := gov.TryAcquire(r)
+		if p != nil {
+			p.Close()
+		}
+		if e := mustCode(t, err, llmgov.ErrRateLimited); e.Scope != "openai/org" {
+			t.Fatalf("%s: refused by %q, want the local provider scope: %+v", when, e.Scope, e)
+		}
+	}
+	refused("at once")
+	_, err = gov.TryAcquire(r)
+	if e := mustCode(t, err, llmgov.ErrRateLimited); !e.HasRetryAfter || e.RetryAfter < 29*time.Second {
+		t.Fatalf("refusal %+v", e)
+	}
+	if s := must[*llmgov.Snapshot](t)(gov.Snapshot()); s.AdmittedThenProviderRejected != 1 {
+		t.Fatalf("snapshot %+v", s)
+	}
+	if err := clock.Advance(29 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	refused("29 s later")
+	// The hold is the retry-after and a little more (AIMD slowed the rate).
+	if err := clock.Advance(2 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	permit = must[*llmgov.RedisPermit](t)(gov.TryAcquire(r))
+	// A success is classified too, and holds nothing.
+	c = must[llmgov.Classification](t)(permit.Report(200, nil, nil))
+	if c.Limited || c.Kind != "none" {
+		t.Fatalf("classification of a 200 %+v", c)
+	}
+	if err := permit.Settle(llmgov.Usage{InputTokens: 10, OutputTokens: 5}); err != nil {
+		t.Fatal(err)
+	}
+	permit.Close()
+
+	// Shared scopes alone: the answer is classified, nothing is fed back,
+	// and no error. Reporting after the settle is allowed.
+	permit = must[*llmgov.RedisPermit](t)(gov.TryAcquire(llmgov.RedisRequest{Route: sharedOnly, InputTokens: 10, MaxOutputTokens: 10}))
+	defer permit.Close()
+	if err := permit.Settle(llmgov.Usage{InputTokens: 10, OutputTokens: 5}); err != nil {
+		t.Fatal(err)
+	}
+	c = must[llmgov.Classification](t)(permit.Report(429, retry, nil))
+	if !c.Limited || c.Kind != "rate_limited" || !c.HasRetryAfter || c.RetryAfter != 30*time.Second {
+		t.Fatalf("classification on the shared-only route %+v", c)
+	}
+	// The local provider scope learnt nothing from it.
+	held := must[*llmgov.RedisPermit](t)(gov.TryAcquire(r))
+	if err := held.Cancel(); err != nil {
+		t.Fatal(err)
+	}
+	held.Close()
+	if s := must[*llmgov.Snapshot](t)(gov.Snapshot()); s.AdmittedThenProviderRejected != 1 {
+		t.Fatalf("the shared-only report was fed back: %+v", s)
+	}
+
+	// A status that is none is refused, naming it; nothing is fed back.
+	for _, status := range []int{42, 99, 1000} {
+		_, err := permit.Report(status, retry, nil)
+		wantArgError(t, "Report", err, llmgov.ErrInvalidRequest, "status", strconv.Itoa(status))
+	}
+	held = must[*llmgov.RedisPermit](t)(gov.TryAcquire(r))
+	_, err = held.Report(1000, retry, nil)
+	wantArgError(t, "Report on the provider's route", err, llmgov.ErrInvalidRequest, "status", "1000")
+	if err := held.Cancel(); err != nil {
+		t.Fatal(err)
+	}
+	held.Close()
+	permit = must[*llmgov.RedisPermit](t)(gov.TryAcquire(r))
+	permit.Cancel()
+	permit.Close()
+	_, err = permit.Report(429, retry, nil)
+	wantArgError(t, "Report on a closed permit", err, llmgov.ErrInvalidArg, "permit", "closed")
+	if !errors.Is(err, llmgov.ErrClosed) {
+		t.Errorf("closed permit: %v", err)
+	}
+}
+
+// A nil or zero RedisPermit is an error naming it, Report included, as
+// the other handles' (no Redis needed).
+func TestRedisNilAndZeroPermitsAreErrorsNamingThem(t *testing.T) {
+	for name, p := range map[string]*llmgov.RedisPermit{"nil": nil, "zero": {}} {
+		_, err := p.Report(429, http.Header{"Retry-After": {"30"}}, nil)
+		wantArgError(t, name+" RedisPermit.Report", err, llmgov.ErrNullArgument, "permit", "")
+		wantArgError(t, name+" RedisPermit.Settle", p.Settle(llmgov.Usage{}), llmgov.ErrNullArgument, "permit", "")
+		wantArgError(t, name+" RedisPermit.Cancel", p.Cancel(), llmgov.ErrNullArgument, "permit", "")
+		_, err = p.FromFallback()
+		wantArgError(t, name+" RedisPermit.FromFallback", err, llmgov.ErrNullArgument, "permit", "")
+		// A bad status is named first, as Permit.Report does.
+		_, err = p.Report(42, nil, nil)
+		wantArgError(t, name+" RedisPermit.Report(42)", err, llmgov.ErrInvalidRequest, "status", "42")
+		p.Close()
 	}
 }
