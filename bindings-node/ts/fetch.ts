@@ -16,10 +16,19 @@
  * connection error follows the retry advice, going back through admission
  * for each retry. Turn the SDK's own
  * retries off (`maxRetries: 0`): one layer retries, this one.
+ *
+ * `gov` may be a `RedisGovernor`: the budget is then shared across
+ * processes, answers are reported into the route's local scopes, and its
+ * permits reconcile on the thread pool before the answer (or the stream's
+ * end) reaches the caller. It has no traffic classes, so `klass` is refused.
  */
 import native from './native';
 import { Governor, Route } from './governor';
-import { Permit } from './permit';
+import { RedisGovernor } from './redis';
+import type { RedisRoute } from './redis';
+import {
+  cancelUnlessExpired, HeldPermit, localPermit, redisPermit, settleAsEstimated, settleFromProvider, settleInput,
+} from './fetch-permit';
 import { RetryPolicy, RetryOptions } from './feedback';
 import { invalidArgument, knownKeys } from './errors';
 import { meteredStream } from './stream';
@@ -149,13 +158,17 @@ function checkOptions(options: GovernedFetchOptions): void {
  * A `fetch` governed by `gov`: reserve, send, report, settle, retry. See the
  * module documentation; `fetchImpl` is the fetch to send with (`fetch`).
  */
-export function governedFetch(gov: Governor, fetchImpl: Fetch, options: GovernedFetchOptions): Fetch {
-  if (!(gov instanceof Governor)) throw invalidArgument('gov', gov, 'must be a Governor');
+export function governedFetch(gov: Governor | RedisGovernor, fetchImpl: Fetch, options: GovernedFetchOptions): Fetch {
+  if (!(gov instanceof Governor) && !(gov instanceof RedisGovernor)) throw invalidArgument('gov', gov, 'must be a Governor or a RedisGovernor');
   if (typeof fetchImpl !== 'function') throw invalidArgument('fetch', fetchImpl, 'must be a fetch function');
   if (options === null || typeof options !== 'object' || options.paths === undefined) {
     throw invalidArgument('paths', undefined, 'governedFetch needs options.paths');
   }
   checkOptions(options);
+  // Waiters on shared scopes are not queued, so they have no class.
+  if (gov instanceof RedisGovernor && options.klass !== undefined) {
+    throw invalidArgument('klass', options.klass, 'a RedisGovernor has no traffic classes: leave it out');
+  }
   const policy = options.retry === false ? null
     : options.retry instanceof RetryPolicy ? options.retry
     : new RetryPolicy(options.retry);
@@ -179,7 +192,7 @@ export function governedFetch(gov: Governor, fetchImpl: Fetch, options: Governed
     const estimate = body !== undefined
       ? estimateJson(bodyText!, api, counting)
       : { inputTokens: bodyText ? native.estimateTokens(bodyText) : 0, maxOutputTokens: 0, model: undefined };
-    const route = gov.route(routeFor(view));
+    const route: Route | RedisRoute = gov.route(routeFor(view));
     const klass = typeof options.klass === 'function' ? options.klass(view) : options.klass;
     const admission = {
       route,
@@ -200,12 +213,12 @@ export function governedFetch(gov: Governor, fetchImpl: Fetch, options: Governed
       } catch (error) {
         if (signal?.aborted) {
           // The caller gave up: whatever was sent, nothing more will be read.
-          permit.cancel();
+          await permit.cancel();
           throw error;
         }
-        if (neverSent(error)) cancelUnlessExpired(permit);
+        if (neverSent(error)) await cancelUnlessExpired(permit);
         // It may have reached the provider: keep the input charged.
-        else settleInput(permit, estimate.inputTokens);
+        else await settleInput(permit, estimate.inputTokens);
         const advice = policy?.advise({ attempt, deadlineInMs: left() });
         options.onAttempt?.({ attempt, status: undefined, next: advice?.advice === 'retry_after' ? 'retry' : 'done', delayMs: advice?.delayMs });
         if (advice?.advice !== 'retry_after') throw error;
@@ -231,7 +244,7 @@ export function governedFetch(gov: Governor, fetchImpl: Fetch, options: Governed
  * reservation until the TTL.
  */
 async function answered(
-  permit: Permit,
+  permit: HeldPermit,
   response: Response,
   estimate: { inputTokens: number; model?: string | null },
   onAttempt: (event: Omit<AttemptEvent, 'attempt'>) => void,
@@ -255,12 +268,12 @@ async function answered(
     const bytes = new Uint8Array(await response.arrayBuffer());
     // No usage says nothing of the output: the provider did the work, so as estimated, as Python settles it.
     const usage = usageOf(response, bytes);
-    if (usage) settleFromProvider(permit, usage);
-    else settleAsEstimated(permit);
+    if (usage) await settleFromProvider(permit, usage);
+    else await settleAsEstimated(permit);
     onAttempt({ status: response.status, next: 'done' });
     return rebuilt(response, bytes);
   } finally {
-    if (!handedOver) settleAsEstimated(permit);
+    if (!handedOver) await settleAsEstimated(permit);
   }
 }
 
@@ -271,7 +284,7 @@ async function answered(
  * retry advice pace the retries, as in Python's transport, which refunds
  * each refused attempt. A body that fails to read is thrown after.
  */
-async function refused(permit: Permit, response: Response): Promise<string> {
+async function refused(permit: HeldPermit, response: Response): Promise<string> {
   let text = '';
   try {
     text = await response.text();
@@ -279,19 +292,10 @@ async function refused(permit: Permit, response: Response): Promise<string> {
     try {
       permit.report(response.status, response.headers, text);
     } finally {
-      if (permit.state === 'pending') cancelUnlessExpired(permit);
+      if (permit.pending) await cancelUnlessExpired(permit);
     }
   }
   return text;
-}
-
-/** Refunds a permit; one that outlived its TTL meanwhile was charged as estimated, which stands. */
-function cancelUnlessExpired(permit: Permit): void {
-  try {
-    permit.cancel();
-  } catch (error) {
-    ignoreExpired(error);
-  }
 }
 
 /** A request read once: to estimate it, and to send it again on each attempt. */
@@ -377,14 +381,18 @@ function estimateJson(text: string, api: GovernedRequest['api'], counting: strin
 
 /** Reserves: waits for capacity, or answers at once with `wait: false`. */
 async function admit(
-  gov: Governor,
-  request: { route: Route; inputTokens: number; maxOutputTokens: number; klass?: string },
+  gov: Governor | RedisGovernor,
+  request: { route: Route | RedisRoute; inputTokens: number; maxOutputTokens: number; klass?: string },
   wait: boolean,
   signal: AbortSignal | undefined,
   deadlineMs: number | undefined,
-): Promise<Permit> {
-  if (wait) return gov.acquire({ ...request, signal, deadlineMs });
-  return gov.tryAcquire(request);
+): Promise<HeldPermit> {
+  if (gov instanceof RedisGovernor) {
+    const shared = { route: request.route as RedisRoute, inputTokens: request.inputTokens, maxOutputTokens: request.maxOutputTokens };
+    return redisPermit(await (wait ? gov.acquire({ ...shared, signal, deadlineMs }) : gov.tryAcquire(shared)));
+  }
+  const local = { ...request, route: request.route as Route };
+  return localPermit(await (wait ? gov.acquire({ ...local, signal, deadlineMs }) : gov.tryAcquire(local)));
 }
 
 /**
@@ -409,44 +417,6 @@ function firstNonSpace(bytes: Uint8Array): number | undefined {
 }
 
 /**
- * Settles with the provider's usage. An answer with a usage that is not one
- * (`{}`, a negative or string count: a provider's or a proxy's bug) is not
- * the caller's error: the answer has arrived and must reach them, so the
- * permit is settled with `otherwise` (a stream's: the output it carried)
- * or as estimated instead.
- */
-function settleFromProvider(permit: Permit, usage: AnyUsage, otherwise?: () => AnyUsage): void {
-  if (permit.state === 'pending') {
-    try {
-      permit.settle(usage);
-      return;
-    } catch (error) {
-      if ((error as { code?: string }).code !== 'invalid_request') return ignoreExpired(error);
-    }
-    if (otherwise) {
-      try {
-        permit.settle(otherwise());
-        return;
-      } catch (error) {
-        if ((error as { code?: string }).code !== 'invalid_request') return ignoreExpired(error);
-      }
-    }
-  }
-  settleAsEstimated(permit);
-}
-
-/** Settles a still pending permit with what it holds: what its expiry would charge, at once. */
-function settleAsEstimated(permit: Permit): void {
-  const held = permit.state === 'pending' ? permit.info() : null;
-  if (held === null) return;
-  try {
-    permit.settle({ inputTokens: held.inputTokens, cachedInputTokens: held.cachedInputTokens, outputTokens: held.outputTokens });
-  } catch (error) {
-    ignoreExpired(error);
-  }
-}
-
-/**
  * Errors raised before a request could leave (fetch's, undici's and
  * Node's codes, on the error or its `cause`): no connection, no address, a
  * connect timeout. As Python's transport refunds a ConnectError; anything
@@ -457,22 +427,4 @@ const NEVER_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNRE
 function neverSent(error: unknown): boolean {
   const codeOf = (e: unknown) => (e !== null && typeof e === 'object' ? (e as { code?: unknown }).code : undefined);
   return [codeOf(error), codeOf((error as { cause?: unknown } | null)?.cause)].some((code) => typeof code === 'string' && NEVER_SENT.has(code));
-}
-
-/** Settles a still pending permit with its input and no output: a request that reached the provider, unanswered. */
-function settleInput(permit: Permit, inputTokens: number): void {
-  if (permit.state !== 'pending') return;
-  try {
-    permit.settle({ inputTokens, outputTokens: 0 });
-  } catch (error) {
-    ignoreExpired(error);
-  }
-}
-
-/**
- * Swallows only `permit_expired` (a stream read for longer than the permit
- * TTL: it was charged as estimated already), rethrows the rest.
- */
-function ignoreExpired(error: unknown): void {
-  if ((error as { code?: string }).code !== 'permit_expired') throw error;
 }

@@ -137,16 +137,18 @@ export function meteredStream(
   body: ReadableStream<Uint8Array>,
   inputTokens: number,
   model: string | undefined,
-  settle: (usage: AnyUsage, seen: () => number) => void,
+  settle: (usage: AnyUsage, seen: () => number) => Promise<void>,
 ): ReadableStream<Uint8Array> {
   const reader = body.getReader();
   const events = new EventReader();
   const usage = new StreamUsage(model);
   let settled = false;
-  const finish = () => {
+  // Awaited before the stream ends, so that a failed settle errors the
+  // stream rather than going unheard.
+  const finish = async () => {
     if (settled) return;
     settled = true;
-    settle(usage.settleWith(inputTokens), () => usage.seen());
+    await settle(usage.settleWith(inputTokens), () => usage.seen());
   };
   return new ReadableStream<Uint8Array>({
     async pull(controller) {
@@ -154,13 +156,13 @@ export function meteredStream(
       try {
         chunk = await reader.read();
       } catch (error) {
-        finish();
+        await finish();
         controller.error(error);
         return;
       }
       if (chunk.done) {
         for (const event of events.feed(undefined, true)) usage.read(event);
-        finish();
+        await finish();
         controller.close();
         return;
       }
@@ -168,7 +170,7 @@ export function meteredStream(
       controller.enqueue(chunk.value);
     },
     async cancel(reason) {
-      finish();
+      await finish();
       await reader.cancel(reason);
     },
   });
