@@ -50,7 +50,7 @@ export interface GovernedRequest {
 export interface GovernedFetchOptions {
   /** Scope paths to charge, or a function of the request (per tenant, per model). */
   paths: readonly string[] | ((request: GovernedRequest) => readonly string[]);
-  /** Traffic class, or a function of the request. */
+  /** Traffic class, or a function of the request (not with a `RedisGovernor`, which has none). */
   klass?: string | ((request: GovernedRequest) => string | undefined);
   /** `exact` (BPE, the default) or `fast` (the estimate) input counting. */
   counting?: 'exact' | 'fast';
