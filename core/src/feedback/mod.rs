@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 mod body;
 mod classify;
+mod cooldown;
 mod durations;
 mod headers;
 
@@ -30,6 +31,7 @@ mod error_object;
 mod retry;
 
 pub use classify::classify_response;
+pub use cooldown::{cooldown, LimitShape};
 pub use error_object::{ErrorContext, ErrorObject, ErrorType, GatewayDecision};
 pub use retry::{
     Advice, BudgetConfig, GiveUpReason, Outcome, RetryBudget, RetryConfig, RetryPolicy, RetryReason,

@@ -7,56 +7,17 @@ use super::limit::{Limit, ProviderWord};
 use super::permit::{Permit, Route};
 use super::registry::{Adaptation, Scope};
 use super::Ledger;
-use crate::feedback::{Classification, LimitDimension, LimitKind};
+use crate::feedback::{cooldown, Classification, LimitDimension, LimitKind, LimitShape};
 use crate::{Dimension, Result};
 
-/// Windows at least this long hold daily quotas; shorter ones the
-/// per-minute limits that providers report without saying "daily".
-const DAILY_WINDOW_NS: u64 = 3_600_000_000_000;
 /// The windows providers' `limit` headers state amounts in: a discovered
 /// limit has one of them (see [`states_amount_of`]).
 pub(crate) const MINUTE_NS: u64 = 60_000_000_000;
 pub(crate) const DAY_NS: u64 = 24 * 60 * MINUTE_NS;
 
-/// How long a 429 that says nothing of when to come back holds a bucket.
-const DEFAULT_COOLDOWN_MS: u64 = 1_000;
-
-/// Whether `limit` holds a daily quota rather than a per-minute rate.
-fn is_daily(limit: &Limit) -> bool {
-    limit.window_ns.is_some_and(|w| w >= DAILY_WINDOW_NS)
-}
-
-/// Whether the provider's `reported` dimension is what `limit` counts.
-fn reports_on(reported: LimitDimension, limit: &Limit) -> bool {
-    let daily = is_daily(limit);
-    match reported {
-        LimitDimension::DailyRequests => daily && limit.dimension == Dimension::Requests,
-        LimitDimension::DailyTokens => daily && limit.dimension == Dimension::Tokens,
-        other => !daily && other.ledger_dimension() == Some(limit.dimension),
-    }
-}
-
-/// What a 429 for `named` refuses on a provider scope of `limits`: the
-/// dimension it names where a limit counts it; else the nearest the scope
-/// models (a combined `tokens` limit holds input and output tokens, and
-/// separate ones hold `tokens`); else nothing in particular, as for a 429
-/// naming none. The provider names what it counts, which need not be what
-/// the scope models, and its retry-after holds either way.
-fn refused_dimensions(named: LimitDimension, limits: &[Limit]) -> &'static [LimitDimension] {
-    use LimitDimension::*;
-    let modelled =
-        |dimensions: &[LimitDimension]| limits.iter().any(|limit| dimensions.iter().any(|&d| reports_on(d, limit)));
-    let (exactly, nearest): (&'static [LimitDimension], &'static [LimitDimension]) = match named {
-        Requests => (&[Requests], &[]),
-        Tokens => (&[Tokens], &[InputTokens, OutputTokens]),
-        InputTokens => (&[InputTokens], &[Tokens]),
-        OutputTokens => (&[OutputTokens], &[Tokens]),
-        Concurrency => (&[Concurrency], &[]),
-        DailyRequests => (&[DailyRequests], &[]),
-        DailyTokens => (&[DailyTokens], &[]),
-        Unknown => (&[], &[]),
-    };
-    [exactly, nearest].into_iter().find(|dimensions| modelled(dimensions)).unwrap_or(&[])
+/// What the provider's answers are matched to.
+fn shape_of(limit: &Limit) -> LimitShape {
+    LimitShape { dimension: limit.dimension, window_ns: limit.window_ns }
 }
 
 /// Whether a `limit` header for `reported` states `limit`'s amount: the
@@ -67,7 +28,7 @@ fn states_amount_of(reported: LimitDimension, limit: &Limit) -> bool {
     } else {
         MINUTE_NS
     };
-    limit.window_ns == Some(window) && reports_on(reported, limit)
+    limit.window_ns == Some(window) && shape_of(limit).reports_on(reported)
 }
 
 /// A provider scope's breaker opened (or, `open` false, closed).
@@ -186,17 +147,13 @@ impl Ledger {
         if feedback.limited {
             self.refusals.provider_rejected.fetch_add(1, Ordering::Relaxed);
         }
-        let rate_limited = feedback.kind == LimitKind::RateLimited;
-        let cool_until = rate_limited.then(|| {
-            let wait_ms = feedback.retry_after_ms.or_else(|| feedback.reset_ms.get(&feedback.dimension).copied());
-            now.saturating_add(wait_ms.unwrap_or(DEFAULT_COOLDOWN_MS).saturating_mul(1_000_000))
-        });
         let adaptive = &self.registry.adaptive;
         let mut changed = 0;
         for scope in self.registry.route(route.id) {
             let Some(adaptation) = scope.adaptation.as_deref() else { continue };
             let reopened = self.judge_breaker(scope, adaptation, feedback, sent_at, now, changes);
-            let refused = refused_dimensions(feedback.dimension, &scope.limits);
+            let shapes: Vec<LimitShape> = scope.limits.iter().map(shape_of).collect();
+            let held = cooldown(feedback, &shapes, now);
             for (l, (limit, bucket)) in scope.limits.iter().zip(scope.buckets.iter()).enumerate() {
                 // A budget is the user's, not the provider's: nothing it says moves it.
                 if limit.dimension == Dimension::Cost {
@@ -210,16 +167,10 @@ impl Ledger {
                             f: fn(LimitDimension, &Limit) -> bool| {
                     map.iter().find(|(d, _)| f(**d, limit)).map(|(_, &v)| v)
                 };
-                // A 429 naming no limit is a rate's: draining a daily
-                // quota for it would leave a day of refill to wait out.
-                let refused_here = match refused {
-                    [] => !is_daily(limit),
-                    dimensions => dimensions.iter().any(|&d| reports_on(d, limit)),
-                };
-                let cooled = cool_until.filter(|_| refused_here);
+                let cooled = held.get(l).copied().flatten();
                 let word = ProviderWord {
                     limit: find(&feedback.limit, states_amount_of),
-                    remaining: find(&feedback.remaining, reports_on),
+                    remaining: find(&feedback.remaining, |d, limit| shape_of(limit).reports_on(d)),
                     cool_until: cooled,
                 };
                 changed += usize::from(limit.feed_back(bucket, pace, word, now, self.ttl));

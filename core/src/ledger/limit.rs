@@ -339,11 +339,6 @@ impl Limit {
             }
         }
         if let Some(until) = word.cool_until {
-            // A bucket held empty for a whole window has given nothing in
-            // it: a longer retry-after is another limit's wait (or absurd:
-            // `retry-after: 99999999999`) and must not freeze this one.
-            let window_later = now.saturating_add(self.window_ns.unwrap_or(u64::MAX));
-            let until = until.min(window_later);
             p.cool_down(tat, until);
             pace.hold_empty_until(until);
         }
