@@ -43,13 +43,15 @@ if not epoch then
   end
 end
 
--- Moves a GCRA time: us > 0 gives capacity back (never past full); us < 0 charges it.
+-- Moves a GCRA time: us > 0 gives capacity back (never past full, nor
+-- below a provider's hold: see hold.lua); us < 0 charges it.
 local function shift(field, us)
   if us == 0 then return end
   local tat = tonumber(redis.call('HGET', state, field) or now)
   if tat < now then tat = now end
   tat = tat - us
-  if tat < now then tat = now end
+  local floor = math.max(now, tonumber(redis.call('HGET', state, 'hold:' .. field) or 0))
+  if tat < floor then tat = floor end
   redis.call('HSET', state, field, string.format('%.0f', tat))
 end
 

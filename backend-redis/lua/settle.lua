@@ -5,7 +5,8 @@
 -- A refund (negative delta) gives capacity back, never past a full bucket; a
 -- charge (positive delta) takes it, into debt if need be. When the state was
 -- lost since the reservation (the epoch changed), refunds are dropped: the
--- new state never held them. Returns the number of limits touched.
+-- new state never held them, nor do they take a limit below a provider's
+-- hold (hold.lua). Returns the number of limits touched.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local state, slots = KEYS[1], KEYS[2]
@@ -23,8 +24,9 @@ for base = 3, #ARGV, 3 do
       if tat < now then tat = now end
       tat = tat + math.ceil(delta * interval)
     else
-      tat = tat + math.floor(delta * interval)
-      if tat < now then tat = now end
+      -- A refund never reaches below a provider's hold (see hold.lua).
+      local floor = math.max(now, tonumber(redis.call('HGET', state, 'hold:' .. field) or 0))
+      tat = math.max(tat + math.floor(delta * interval), floor)
     end
     redis.call('HSET', state, field, string.format('%.0f', tat))
     touched = touched + 1

@@ -4,12 +4,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use llmgov::{
-    classify_response, Classification, Clock, Config, Governor, Ledger, MonotonicClock, Permit, ProviderHint, Route,
-    Usage,
-};
+use llmgov::{Clock, Config, Governor, Ledger, MonotonicClock, Permit, Route, Usage};
 use parking_lot::Mutex;
 
 use crate::errors::{Error, Result};
@@ -21,7 +18,10 @@ use crate::settings::{redact, RedisConfig, Settings};
 use crate::shared::{self, Charge, SharedScope};
 use crate::store::Store;
 
+mod feedback;
 mod reservation;
+
+pub use feedback::FeedbackTarget;
 
 const DEFAULT_PERMIT_TTL: Duration = Duration::from_secs(600);
 
@@ -45,6 +45,8 @@ pub struct SharedRoute {
     local: Option<Route>,
     fallback: Option<Route>,
     shared: Box<[usize]>,
+    /// The shared scopes among them that are a provider's pool.
+    providers: Box<[usize]>,
 }
 
 /// A granted reservation: settle or cancel it once.
@@ -59,6 +61,8 @@ pub struct SharedPermit {
     /// Its route in the whole config, which prices its usage.
     catalog: Route,
     holds: Vec<Hold>,
+    /// The shared provider scopes on its route: a 429 holds them in Redis.
+    providers: Box<[usize]>,
     reconciled: bool,
     /// When it expires unsettled, on this process's clock: a local part's
     /// own expiry, else the permit TTL from the acquire.
@@ -71,11 +75,15 @@ impl SharedPermit {
         self.fallback.is_some()
     }
 
-    /// Where provider feedback on this permit's request goes: the route of
-    /// its local part and when that part was granted (see
-    /// [`RedisGovernor::report`]); `None` on a route with no local scope.
-    pub fn feedback_target(&self) -> Option<(Route, u64)> {
-        self.local.as_ref().map(|local| (local.route(), local.acquired_at()))
+    /// Where provider feedback on this permit's request goes (see
+    /// [`RedisGovernor::report`]): the route of its local part and when
+    /// that part was granted, and its shared provider scopes.
+    pub fn feedback_target(&self) -> FeedbackTarget {
+        FeedbackTarget {
+            owner: self.owner,
+            local: self.local.as_ref().map(|local| (local.route(), local.acquired_at())),
+            providers: self.providers.clone(),
+        }
     }
 }
 
@@ -223,6 +231,7 @@ impl RedisGovernor {
                 }
             }
         }
+        let providers = shared.iter().copied().filter(|&i| inner.scopes[i].provider).collect();
         let mut fallback: Vec<String> = shared.iter().map(|&i| inner.scopes[i].path.to_string()).collect();
         if !local.is_empty() {
             local.extend(local_priced_by);
@@ -236,6 +245,7 @@ impl RedisGovernor {
             local: (!local.is_empty()).then(|| inner.local.route(&local)).transpose()?,
             fallback: (!fallback.is_empty()).then(|| inner.fallback.route(&fallback)).transpose()?,
             shared: shared.into(),
+            providers,
         })
     }
 
@@ -261,43 +271,6 @@ impl RedisGovernor {
     pub fn cancel(&self, permit: &mut SharedPermit) -> Result<()> {
         self.adopt_if_forked();
         self.inner.reconcile(permit, None)
-    }
-
-    /// Feeds a provider's answer to the permit's request back into the
-    /// local scopes of its route, as [`Governor::report`] does (a 429's
-    /// `retry-after` holds them, AIMD and the breaker learn, headers
-    /// discover limits), and says how the answer was classified. Shared
-    /// scopes take no provider feedback: on a route with no local scope
-    /// the answer is only classified. Any time before or after settling.
-    pub fn report<K: AsRef<[u8]>, V: AsRef<[u8]>>(
-        &self,
-        permit: &SharedPermit,
-        status: u16,
-        headers: &[(K, V)],
-        body: &[u8],
-    ) -> Result<Classification> {
-        self.report_sent(permit.feedback_target(), status, headers, body)
-    }
-
-    /// As [`Self::report`], for a permit's [`SharedPermit::feedback_target`]:
-    /// for bindings that keep the permit behind a lock they must not hold
-    /// while the local governor's event hook runs.
-    pub fn report_sent<K: AsRef<[u8]>, V: AsRef<[u8]>>(
-        &self,
-        target: Option<(Route, u64)>,
-        status: u16,
-        headers: &[(K, V)],
-        body: &[u8],
-    ) -> Result<Classification> {
-        match target {
-            Some((route, acquired_at)) => {
-                Ok(self.inner.local.report_sent(route, acquired_at, status, headers, body)?)
-            }
-            None => {
-                let wall_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-                Ok(classify_response(status, headers, body, ProviderHint::Auto, wall_ms))
-            }
-        }
     }
 
     /// The link to Redis and the fallback counters.

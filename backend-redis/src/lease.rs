@@ -101,6 +101,14 @@ impl LocalLease {
         }
     }
 
+    /// Ends the lease now: the provider refused, and Redis holds the
+    /// scope's limits; spending what the lease held would only draw 429s.
+    /// Refunds of its permits are dropped, and the next request renews it
+    /// (what it held goes back to Redis, under the hold: see `hold.lua`).
+    pub fn end_now(&self) {
+        self.deadline_ns.store(0, Ordering::Release);
+    }
+
     /// Empties the lease for a renewal (call holding `renewing`).
     pub fn take_all(&self) -> Returned {
         self.deadline_ns.store(0, Ordering::Release);

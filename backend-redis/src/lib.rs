@@ -75,7 +75,7 @@ mod store;
 mod waiting;
 
 pub use errors::{Error, Result};
-pub use governor::{RedisGovernor, SharedPermit, SharedRoute};
+pub use governor::{FeedbackTarget, RedisGovernor, SharedPermit, SharedRoute};
 pub use health::Health;
 pub use settings::{Mode, Settings};
 pub use waiting::{Wait, FIRST_POLL, MAX_POLL};

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use llmgov::config::{Algorithm, LimitConfig, OutputReservation, ScopeConfig};
+use llmgov::feedback::LimitShape;
 use llmgov::{Config, Dimension, Usage, COST_UNITS_PER_CURRENCY};
 
 use crate::errors::{Error, Result};
@@ -36,6 +37,8 @@ pub(crate) struct SharedLimit {
     pub dimension: Dimension,
     pub kind: Kind,
     pub count_cached_input: bool,
+    /// Its window (`None` for concurrency): what a provider's 429 is matched to.
+    pub window_ns: Option<u64>,
     /// The state hash's field holding a rate limit's GCRA time, named by
     /// dimension and window (`tat:tokens:1m`), never by position: processes
     /// whose configs list the limits in another order, or add one, still
@@ -61,6 +64,11 @@ impl SharedLimit {
         }
     }
 
+    /// What a provider's answers are matched to.
+    pub fn shape(&self) -> LimitShape {
+        LimitShape { dimension: self.dimension, window_ns: self.window_ns }
+    }
+
     /// The most this limit can ever hold at once.
     pub fn burst(&self) -> u64 {
         match self.kind {
@@ -76,6 +84,9 @@ pub(crate) struct SharedScope {
     pub path: Arc<str>,
     pub mode: Mode,
     pub limits: Vec<SharedLimit>,
+    /// A provider's pool (`provider = true`): a 429 on a request through it
+    /// holds its limits empty in Redis, for every process.
+    pub provider: bool,
     /// `{llmgov:<prefix>:<path>}:state`, a hash of GCRA times and the epoch.
     pub state_key: String,
     /// `{llmgov:<prefix>:<path>}:slots`, the concurrency slots.
@@ -120,6 +131,7 @@ pub(crate) fn compile(config: &Config, settings: &Settings) -> Result<Vec<Shared
                 path: path.as_str().into(),
                 mode,
                 limits,
+                provider: scope.provider.unwrap_or(false),
                 state_key: format!("{tag}:state"),
                 slots_key: format!("{tag}:slots"),
                 leases_key: format!("{tag}:leases"),
@@ -174,6 +186,7 @@ fn compile_limit(field: &str, limit: &LimitConfig, margin: f64) -> Result<Shared
             dimension: limit.dimension,
             kind: Kind::Concurrency { capacity },
             count_cached_input,
+            window_ns: None,
             field: String::new(),
         });
     }
@@ -185,7 +198,13 @@ fn compile_limit(field: &str, limit: &LimitConfig, margin: f64) -> Result<Shared
     let amount = scaled(amount);
     let burst = limit.burst.map_or(amount, scaled);
     let interval_us = window_s * MICROS_PER_SECOND / amount as f64;
-    Ok(SharedLimit { dimension: limit.dimension, kind: Kind::Rate { interval_us, burst }, count_cached_input, field })
+    Ok(SharedLimit {
+        dimension: limit.dimension,
+        kind: Kind::Rate { interval_us, burst },
+        count_cached_input,
+        window_ns: Some(window.as_nanos() as u64),
+        field,
+    })
 }
 
 /// The config a process enforces alone while Redis is away: only the shared

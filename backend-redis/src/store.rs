@@ -93,6 +93,7 @@ pub(crate) struct Store {
     settle: Script,
     heartbeat: Script,
     lease: Script,
+    hold: Script,
 }
 
 impl Store {
@@ -106,6 +107,7 @@ impl Store {
             settle: Script::new(include_str!("../lua/settle.lua")),
             heartbeat: Script::new(include_str!("../lua/heartbeat.lua")),
             lease: Script::new(include_str!("../lua/lease.lua")),
+            hold: Script::new(include_str!("../lua/hold.lua")),
             calls: AtomicU64::new(0),
         }
     }
@@ -240,6 +242,21 @@ impl Store {
 }
 
 impl Store {
+    /// Holds rate limits of `scope` empty for every process: `(limit index,
+    /// microseconds)` each (a provider's 429 said to come back then).
+    /// Concurrency has no timeline to hold and is skipped.
+    pub fn hold(&self, scope: &SharedScope, holds: &[(usize, u64)]) -> RedisResult<()> {
+        let mut call = self.hold.key(&scope.state_key);
+        for &(limit, hold_us) in holds {
+            let limit = &scope.limits[limit];
+            let Kind::Rate { interval_us, burst } = limit.kind else { continue };
+            call.arg(&limit.field).arg(interval_us).arg(burst).arg(hold_us);
+        }
+        // Run twice, it holds until the later of the two ends: no harm.
+        let run = |c: &mut Connection| call.invoke::<i64>(c);
+        self.with(&run, &run).map(drop)
+    }
+
     /// Returns the previous lease on `scope` and takes a new one.
     pub fn lease(&self, scope: &SharedScope, ask: &LeaseAsk<'_>) -> RedisResult<LeaseGrant> {
         let mut call = self.lease.key(&scope.state_key);

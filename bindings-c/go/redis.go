@@ -283,9 +283,9 @@ func (p *RedisPermit) Cancel() error {
 // headers, body) back into the local scopes of its route, as Permit.Report
 // does, and says how it was read: a 429 holds the local scope it names
 // empty until the retry-after, AIMD and the breaker learn, remaining
-// headers lower buckets. Shared scopes take no provider feedback: on a
-// route of shared scopes alone the answer is only classified (without
-// error). Call it for successes too, before or after settling or
+// headers lower buckets. A 429 also holds the route's shared provider
+// scopes empty in Redis, for every process, until its retry-after (one
+// Redis call per such scope); other shared scopes learn nothing from it. Call it for successes too, before or after settling or
 // cancelling. A status outside 100 to 999 is ErrInvalidRequest naming
 // "status", and nothing is fed back.
 func (p *RedisPermit) Report(status int, header http.Header, body []byte) (Classification, error) {

@@ -1766,9 +1766,10 @@ llmgov_result llmgov_redis_permit_cancel(struct llmgov_redis_permit *permit);
  * headers, body) back into the local scopes of its route, as
  * `llmgov_permit_report` does, and writes how it was read to `*out`: a 429
  * holds the local scope it names empty until the retry-after, AIMD and the
- * breaker learn, `remaining` headers lower buckets. Shared scopes take no
- * provider feedback: on a route with no local scope the answer is only
- * classified (and no error). Call it for successes too, any time before or
+ * breaker learn, `remaining` headers lower buckets. A 429 also holds the
+ * route's shared provider scopes (`provider = true`) empty in Redis, for
+ * every process, until its retry-after (one Redis call per such scope);
+ * other shared scopes learn nothing from it. Call it for successes too, any time before or
  * after settling or cancelling. Reads the wall clock (for resets given as
  * dates). A `status` outside 100 to 999 is `LLMGOV_RESULT_INVALID_REQUEST`
  * naming `status`; nothing is fed back.

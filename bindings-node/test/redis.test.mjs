@@ -319,6 +319,42 @@ test('a manual clock expires a permit: settling it rejects with PermitExpiredErr
   assert.throws(() => one('expiry-monotonic', [FIVE_A_SECOND]).advance(1), (e) => e instanceof InvalidRequestError && e.field === 'clock');
 });
 
+test('a 429 reported on one RedisGovernor holds a shared provider scope for the other, off the event loop', { skip: NO_SERVER }, async () => {
+  const prefix = freshPrefix('report-shared');
+  const config = `
+[scopes."openai/key"]
+provider = true
+limits = [{ dimension = "requests", amount = 1000, window = "1m" }]
+[redis]
+prefix = "${prefix}"
+expected_processes = 2
+timeout = "${TIMEOUT}"
+[redis.scopes."openai/key"]
+mode = "exact"
+`;
+  const [a, b] = [RedisGovernor.fromToml(config), RedisGovernor.fromToml(config)];
+  const paths = ['openai/key'];
+  const permit = await a.tryAcquire({ paths, inputTokens: 10 });
+  // The answer is read at once; holding the scope in Redis runs on the pool.
+  const c = permit.report(429, { 'retry-after': '30' }, '');
+  assert.equal(c.kind, 'rate_limited');
+  await permit.cancel();
+  // The hold lands within the calls queued behind it: the other governor
+  // is then refused for the whole retry-after.
+  let held;
+  for (let attempt = 0; attempt < 50 && held === undefined; attempt++) {
+    try {
+      await (await b.tryAcquire({ paths, inputTokens: 10 })).cancel();
+    } catch (e) {
+      held = e;
+    }
+  }
+  assert.ok(held instanceof RateLimitedError, `b was never held: ${held}`);
+  assert.equal(held.scope, 'openai/key');
+  assert.ok(held.retryAfterMs >= 29_000, String(held.retryAfterMs));
+  assert.equal(a.health().degraded, false);
+});
+
 test("report feeds a provider's answer into the route's local scopes; on shared scopes alone it only classifies", { skip: NO_SERVER }, async () => {
   const prefix = freshPrefix('report');
   const gov = RedisGovernor.fromToml(`

@@ -3,7 +3,8 @@ an option it has no use for (a traffic class, a priority, an expected
 output) is accepted, a value is refused by name; and the httpx transports
 under the real OpenAI SDK, against `llmgov mock-server`: two governors
 spend one shared budget between them, and a 429 is reported into the
-route's local provider scope (`RedisPermit.report`).
+route's local provider scope (`RedisPermit.report`), or holds a shared one
+in Redis for both.
 
 The tests marked ``needs_redis`` run against ``LLMGOV_REDIS_URL`` (``make
 test-redis-python`` starts a redis-server) and are skipped without it."""
@@ -109,8 +110,10 @@ def redis_url() -> str:
     return url
 
 
-def governed_config(url: str, prefix: str, budget: int, provider_rpm: int) -> str:
-    """A team budget shared through Redis, and the provider's scope local."""
+def governed_config(url: str, prefix: str, budget: int, provider_rpm: int, provider_mode: str | None = None) -> str:
+    """A team budget shared through Redis, and the provider's scope local
+    (or shared too, in `provider_mode`)."""
+    shared_provider = f'[redis.scopes."openai/org/gpt-4o"]\nmode = "{provider_mode}"' if provider_mode else ""
     return f"""
 [scopes."team"]
 limits = [{{ dimension = "tokens", amount = {budget}, window = "30d" }}]
@@ -124,6 +127,7 @@ expected_processes = 2
 timeout = "2s"
 [redis.scopes."team"]
 mode = "exact"
+{shared_provider}
 """
 
 
@@ -194,6 +198,23 @@ def test_a_429_through_the_transport_holds_the_local_provider_scope(mock_server_
         gov.try_acquire(PATHS, input_tokens=1)
     assert held.value.scope == "openai/org/gpt-4o" and held.value.retry_after_ms > 1000, str(held.value)
     assert gov.snapshot()["admitted_then_provider_rejected"] == 1
+
+
+def test_a_429_through_the_transport_holds_a_shared_provider_scope_for_both_governors(mock_server_factory: Any) -> None:
+    url = redis_url()
+    server = mock_server_factory(MOCK.format(rpm=1))
+    prefix = f"py-sdk-429-shared-{os.getpid()}-{time.time_ns()}"
+    config = governed_config(url, prefix, budget=100_000, provider_rpm=100, provider_mode="exact")
+    first, second = (RedisGovernor.from_toml(config) for _ in range(2))
+    ask(openai.OpenAI(base_url=f"{server.url}/v1", api_key="k", max_retries=0))
+    with pytest.raises(openai.RateLimitError):
+        ask(client(first, server, retry=llmgov.RetryPolicy(max_retries=0)))
+    # The 429 came to the first governor; Redis holds the provider's scope for both.
+    for gov in (second, first):
+        with pytest.raises(llmgov.RateLimited) as held:
+            gov.try_acquire(PATHS, input_tokens=1)
+        assert held.value.scope == "openai/org/gpt-4o" and held.value.retry_after_ms > 1000, str(held.value)
+    assert all(not gov.health()["degraded"] for gov in (first, second))
 
 
 def test_report_classifies_an_answer_and_names_bad_input_without_redis() -> None:

@@ -39,6 +39,7 @@ impl Inner {
             outage: None,
             catalog: route.catalog,
             holds: Vec::new(),
+            providers: route.providers.clone(),
             reconciled: false,
             expires_at,
         };
@@ -85,7 +86,7 @@ impl Inner {
 
     /// A route or permit of another governor names scopes by its indices:
     /// refused, as the core refuses another governor's.
-    fn check_owner(&self, field: &'static str, owner: u64) -> Result<()> {
+    pub(super) fn check_owner(&self, field: &'static str, owner: u64) -> Result<()> {
         if owner == self.owner {
             return Ok(());
         }

@@ -3,8 +3,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use llmgov::{Route, Usage};
-use llmgov_redis::SharedPermit;
+use llmgov::Usage;
+use llmgov_redis::{FeedbackTarget, SharedPermit};
 use napi::bindgen_prelude::AsyncTask;
 use napi::{Env, Result, Task};
 use napi_derive::napi;
@@ -25,7 +25,7 @@ pub struct NativeRedisPermit {
     from_fallback: bool,
     /// Where the provider's answer goes (fixed when granted, so `report`
     /// never waits for a reconciling task's lock).
-    feedback_target: Option<(Route, u64)>,
+    feedback_target: FeedbackTarget,
 }
 
 impl NativeRedisPermit {
@@ -76,16 +76,21 @@ impl NativeRedisPermit {
     /// Feeds the provider's answer to this permit's request into the
     /// route's local scopes (a 429 holds the local provider scope it names
     /// empty until the retry-after, AIMD and the breaker learn) and returns
-    /// how it was read. Shared scopes take no provider feedback: on a route
-    /// of shared scopes alone the answer is only classified. No I/O.
+    /// how it was read. A 429 also holds the route's shared provider scopes
+    /// in Redis, for every process: that call runs on the thread pool, so
+    /// `report` never blocks the event loop.
     #[napi(catch_unwind)]
     pub fn report(&self, env: Env, status: f64, headers: Vec<String>, body: String) -> Result<Classification> {
         let (status, pairs) = answer(status, &headers).or_throw(&env)?;
-        let classification = self
-            .gov
-            .get()
-            .report_sent(self.feedback_target, status, &pairs, body.as_bytes())
+        let gov = self.gov.get();
+        let classification = gov
+            .report_local(&self.feedback_target, status, &pairs, body.as_bytes())
             .map_err(|e| reject_redis(&env, e))?;
+        if self.feedback_target.holds_in_redis(&classification) {
+            // Never fails: a Redis error counts in the governor's health.
+            let target = self.feedback_target.clone();
+            env.spawn(HoldProviders { gov: self.gov.clone(), target, classification: classification.clone() })?;
+        }
         Ok(to_js(&classification))
     }
 
@@ -131,5 +136,26 @@ impl Task for Reconcile {
 
     fn resolve(&mut self, env: Env, output: Self::Output) -> Result<()> {
         output.map_err(|e| reject_redis(&env, e))
+    }
+}
+
+/// What a 429 holds on a permit's shared provider scopes, on the thread pool.
+pub struct HoldProviders {
+    gov: SharedGovernor,
+    target: FeedbackTarget,
+    classification: llmgov::Classification,
+}
+
+impl Task for HoldProviders {
+    type Output = ();
+    type JsValue = ();
+
+    fn compute(&mut self) -> Result<()> {
+        self.gov.get().hold_providers(&self.target, &self.classification);
+        Ok(())
+    }
+
+    fn resolve(&mut self, _env: Env, _output: ()) -> Result<()> {
+        Ok(())
     }
 }

@@ -123,7 +123,8 @@ impl PyRedisPermit {
 
     /// Feeds the provider's answer back into the local scopes of the route
     /// (a 429's `retry-after` holds them; AIMD and the breaker learn) and
-    /// returns its classification; shared scopes take no provider feedback.
+    /// returns its classification; a 429 also holds the route's shared
+    /// provider scopes in Redis, for every process.
     /// Takes what `Permit.report` takes: `(status, headers, body)`, an
     /// `httpx.Response`, or an SDK `APIStatusError`.
     #[pyo3(signature = (status = None, headers = None, body = None, **extra),
@@ -140,7 +141,8 @@ impl PyRedisPermit {
         let target = self.lock(py).permit.feedback_target();
         // Not locked: the local governor's event hook is Python code.
         let gov = &self.gov.bind(py).get().gov;
-        let classification = gov.report_sent(target, status, &headers, &body).py_err()?;
+        let classification = gov.report_local(&target, status, &headers, &body).py_err()?;
+        py.detach(|| gov.hold_providers(&target, &classification));
         to_python(py, &classification)
     }
 
