@@ -401,6 +401,54 @@ limits = [{ dimension = "requests", amount = 1, window = "1m" }]
 	}
 }
 
+// A 429 reported on one governor's permit holds a shared provider scope
+// in Redis for another governor on the same prefix (another process), for
+// the whole retry-after.
+func TestRedisReportHoldsASharedProviderScopeForEveryGovernor(t *testing.T) {
+	redisURL(t)
+	config := fmt.Sprintf(`
+[scopes."openai/key"]
+provider = true
+limits = [{ dimension = "requests", amount = 1000, window = "1m" }]
+[redis]
+prefix = %q
+expected_processes = 2
+timeout = "2s"
+[redis.scopes."openai/key"]
+mode = "exact"
+`, freshPrefix(t))
+	governors := make([]*llmgov.RedisGovernor, 2)
+	for i := range governors {
+		gov, err := llmgov.NewRedisGovernorFromTOML(config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer gov.Close()
+		governors[i] = gov
+	}
+	request := func(gov *llmgov.RedisGovernor) llmgov.RedisRequest {
+		return llmgov.RedisRequest{Route: must[llmgov.RedisRoute](t)(gov.Route("openai/key")), InputTokens: 10}
+	}
+	permit := must[*llmgov.RedisPermit](t)(governors[0].TryAcquire(request(governors[0])))
+	defer permit.Close()
+	if c := must[llmgov.Classification](t)(permit.Report(429, http.Header{"Retry-After": {"30"}}, nil)); c.Kind != "rate_limited" {
+		t.Fatalf("classification %+v", c)
+	}
+	if err := permit.Cancel(); err != nil {
+		t.Fatal(err)
+	}
+	for i, gov := range []*llmgov.RedisGovernor{governors[1], governors[0]} {
+		p, err := gov.TryAcquire(request(gov))
+		if p != nil {
+			p.Close()
+		}
+		e := mustCode(t, err, llmgov.ErrRateLimited)
+		if e.Scope != "openai/key" || !e.HasRetryAfter || e.RetryAfter < 29*time.Second {
+			t.Fatalf("governor %d: refusal %+v, want the shared provider scope held for the retry-after", i, e)
+		}
+	}
+}
+
 // Report feeds a provider's answer into the local scopes of the permit's
 // route (on the manual clock): a 429's retry-after holds the local provider
 // scope. On a route of shared scopes alone it only classifies. As
