@@ -63,6 +63,9 @@ pub struct SharedPermit {
     holds: Vec<Hold>,
     /// The shared provider scopes on its route: a 429 holds them in Redis.
     providers: Box<[usize]>,
+    /// Its route's shared part in the fallback governor, which learns from
+    /// the provider's answers too, to keep what it learnt through an outage.
+    fallback_route: Option<Route>,
     reconciled: bool,
     /// When it expires unsettled, on this process's clock: a local part's
     /// own expiry, else the permit TTL from the acquire.
@@ -83,6 +86,7 @@ impl SharedPermit {
             owner: self.owner,
             local: self.local.as_ref().map(|local| (local.route(), local.acquired_at())),
             providers: self.providers.clone(),
+            fallback: self.fallback_route,
         }
     }
 }

@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{fresh_prefix, redis_url, TIMEOUT};
+use common::{free_port, fresh_prefix, redis_url, TIMEOUT};
 use llmgov::{Dimension, LimitKind, ManualClock, Usage};
 use llmgov_redis::{Error, RedisGovernor};
 
@@ -76,10 +76,10 @@ fn an_answer_on_a_route_with_no_local_scope_is_classified_only() {
     gov.try_acquire(&route, Usage::new(10, 10)).unwrap();
 }
 
-/// Two processes' governors (one prefix) sharing the provider scope
-/// `openai/key` in `mode`, with a requests and a tokens limit.
-fn shared_provider(url: &str, prefix: &str, mode: &str) -> [RedisGovernor; 2] {
-    let config = format!(
+/// The config of a shared provider scope `openai/key` in `mode`, with a
+/// requests and a tokens limit.
+fn shared_provider_config(url: &str, prefix: &str, mode: &str) -> String {
+    format!(
         r#"
         [scopes."openai/key"]
         provider = true
@@ -95,7 +95,12 @@ fn shared_provider(url: &str, prefix: &str, mode: &str) -> [RedisGovernor; 2] {
         [redis.scopes."openai/key"]
         mode = "{mode}"
         "#
-    );
+    )
+}
+
+/// Two processes' governors (one prefix) sharing `openai/key` in `mode`.
+fn shared_provider(url: &str, prefix: &str, mode: &str) -> [RedisGovernor; 2] {
+    let config = shared_provider_config(url, prefix, mode);
     [(); 2].map(|_| RedisGovernor::from_toml_with_clock(&config, Arc::new(ManualClock::new(0))).unwrap())
 }
 
@@ -163,4 +168,27 @@ fn a_feedback_target_of_another_governor_is_refused() {
     }
     a.cancel(&mut permit).unwrap();
     a.try_acquire(&a.route(&["openai/key"]).unwrap(), Usage::new(10, 10)).unwrap();
+}
+
+#[test]
+fn while_redis_is_away_the_safe_share_holds_a_shared_provider_scope_after_a_429() {
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    let clock = Arc::new(ManualClock::new(0));
+    let config = shared_provider_config(&url, &fresh_prefix("feedback-away"), "exact");
+    let gov = RedisGovernor::from_toml_with_clock(&config, clock.clone()).unwrap();
+    let route = gov.route(&["openai/key"]).unwrap();
+    let mut sent = gov.try_acquire(&route, Usage::new(10, 10)).unwrap();
+    assert!(sent.from_fallback());
+    gov.report(&sent, 429, &RETRY_AFTER_30S, b"").unwrap();
+    gov.cancel(&mut sent).unwrap();
+    match gov.try_acquire(&route, Usage::new(10, 10)) {
+        Err(Error::RateLimited { scope, retry_after, .. }) => {
+            assert_eq!(&*scope, "openai/key");
+            assert!(retry_after.is_some_and(|d| d.as_secs() >= 29), "{retry_after:?}");
+        }
+        other => panic!("expected the safe share to hold the provider scope, got {other:?}"),
+    }
+    clock.advance(std::time::Duration::from_secs(31));
+    assert!(gov.try_acquire(&route, Usage::new(10, 10)).unwrap().from_fallback());
+    assert!(gov.health().degraded);
 }

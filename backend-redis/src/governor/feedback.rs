@@ -23,6 +23,8 @@ pub struct FeedbackTarget {
     pub(super) local: Option<(Route, u64)>,
     /// The shared provider scopes on its route.
     pub(super) providers: Box<[usize]>,
+    /// Its route's shared part in the fallback governor.
+    pub(super) fallback: Option<Route>,
 }
 
 impl FeedbackTarget {
@@ -56,9 +58,13 @@ impl RedisGovernor {
     ///   for every process sharing the scope: refunds and returned leases
     ///   never shorten the hold. In leased mode this process ends its lease
     ///   on the scope; other processes spend at most what their leases
-    ///   still hold. Shared scopes learn nothing else (no AIMD, no
-    ///   breaker, no discovery), and while Redis is away the hold is not
-    ///   kept (the failure counts in [`RedisGovernor::health`]).
+    ///   still hold. In Redis, shared scopes learn nothing else (no AIMD,
+    ///   no breaker, no discovery).
+    /// - The safe share's copies of the shared provider scopes (what this
+    ///   process enforces while Redis is away) learn as local provider
+    ///   scopes do, so a process that loses Redis, or reports while it is
+    ///   away, keeps holding back (a hold that cannot reach Redis counts in
+    ///   [`RedisGovernor::health`]).
     pub fn report<K: AsRef<[u8]>, V: AsRef<[u8]>>(
         &self,
         permit: &SharedPermit,
@@ -94,13 +100,20 @@ impl RedisGovernor {
         body: &[u8],
     ) -> Result<Classification> {
         self.inner.check_owner("permit", target.owner)?;
-        Ok(match target.local {
+        let classification = match target.local {
             Some((route, acquired_at)) => self.inner.local.report_sent(route, acquired_at, status, headers, body)?,
             None => {
                 let wall_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
                 classify_response(status, headers, body, ProviderHint::Auto, wall_ms)
             }
-        })
+        };
+        // The safe share's copies of the shared provider scopes learn too
+        // (a 429 holds them, AIMD and the breaker learn), so that a process
+        // that loses Redis keeps holding back; they enforce nothing until then.
+        if let (Some(route), false) = (target.fallback, target.providers.is_empty()) {
+            self.inner.fallback.observe(route, &classification)?;
+        }
+        Ok(classification)
     }
 
     /// The part of [`Self::report_sent`] that reaches Redis: what a 429

@@ -40,6 +40,7 @@ impl Inner {
             catalog: route.catalog,
             holds: Vec::new(),
             providers: route.providers.clone(),
+            fallback_route: route.fallback,
             reconciled: false,
             expires_at,
         };
