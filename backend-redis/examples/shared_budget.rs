@@ -1,5 +1,6 @@
 //! One provider budget shared through Redis: an exact scope, a leased one,
-//! a local tenant scope, a wait refused at once, and the health reading.
+//! a local tenant scope, a wait refused at once, a provider's 429 holding
+//! the shared scope for every process, and the health reading.
 //! Run: `LLMGOV_REDIS_URL=redis://127.0.0.1:6379 cargo run -p llmgov-redis --example shared_budget`
 
 use std::time::Duration;
@@ -16,6 +17,7 @@ fn main() -> Result<(), Error> {
     let gov = RedisGovernor::from_toml(&format!(
         r#"
         [scopes."openai/org-main/gpt-4o"]
+        provider = true         # its 429s hold it, in Redis, for every process
         limits = [
           {{ dimension = "requests", amount = 500, window = "1m" }},
           {{ dimension = "tokens", amount = 30000, window = "1m" }},
@@ -41,6 +43,18 @@ fn main() -> Result<(), Error> {
     // … call the provider …
     gov.settle(&mut permit, Usage::new(1200, 310))?;
 
+    // The provider answers 429: the shared scope is held for its
+    // retry-after, for every process sharing it, not only this one.
+    let mut refused = gov.try_acquire(&route, Usage::new(1200, 800))?;
+    gov.report(&refused, 429, &[("retry-after", "20")], b"")?;
+    gov.cancel(&mut refused)?;
+    match gov.try_acquire(&route, Usage::new(1200, 800)) {
+        Err(Error::RateLimited { scope, retry_after: Some(wait), .. }) => {
+            println!("after a 429: {scope} is held for another {wait:?}");
+        }
+        Ok(_) => unreachable!("a 429 holds the scope, in Redis or, while it is away, in the safe share"),
+        Err(other) => return Err(other),
+    }
     let mini = gov.route(&["tenants/acme", "openai/org-main/gpt-4o-mini"])?;
     let mut served = 0;
     loop {
