@@ -6,11 +6,12 @@
 -- ARGV[3] safe share (0, 1]   ARGV[4] lease id   ARGV[5] lease TTL (us)
 -- ARGV[6] epoch the returned lease was granted under ("" if none)
 -- ARGV[7] token of the returned lease ("" if none)   ARGV[8] token of the new one
--- then per limit, 5 values: field, microseconds per unit, burst, give back, want
+-- then per limit, 6 values: field, microseconds per unit, burst, give back, want, cost
 --   field: the state's field of the limit's GCRA time (named by dimension and window);
 --   give back > 0: unused units of the previous lease, refunded if that lease (its token) is
 --     still on record: so a call run twice (retried after a lost reply) never refunds twice;
---   give back < 0: units charged beyond the lease at settle (always charged).
+--   give back < 0: units charged beyond the lease at settle (always charged);
+--   cost: what the request at hand takes (0 when only returning the lease).
 -- A lease is recorded as the GCRA time it took from each field, so any
 -- process can give it back whatever its own config says. The caller's own
 -- record is settled first (its unused part back); then expired leases of
@@ -18,12 +19,16 @@
 -- process's share returns within one TTL (what it had used of it is the
 -- over-admission bound). A live process returns its lease before it
 -- expires, used up or not, so that no reaping refunds what it used.
--- Returns {epoch, reset, g1, g2, ...}.
+-- A request that one limit cannot cover is granted nothing on any (all or
+-- nothing, as in exact mode: a partial lease would only lock capacity away
+-- from the other processes), and told per limit in how many microseconds
+-- its cost would fit, with no other process's demand: its retry-after.
+-- Returns {epoch, reset, g1, ..., gn, w1, ..., wn}: grants, then those waits.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local state, leases, expiries = KEYS[1], KEYS[2], KEYS[3]
-local n = (#ARGV - 8) / 5
-local function arg(i, k) return ARGV[8 + (i - 1) * 5 + k] end
+local n = (#ARGV - 8) / 6
+local function arg(i, k) return ARGV[8 + (i - 1) * 6 + k] end
 local function num(i, k) return tonumber(arg(i, k)) end
 
 local epoch = redis.call('HGET', state, 'epoch')
@@ -86,21 +91,35 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', expiries, '-inf', now)) do
   give_back_record(id)
 end
 
+local tats, rooms, waits = {}, {}, {}
+local fits = true
+for i = 1, n do
+  local interval, burst, cost = num(i, 2), num(i, 3), num(i, 6)
+  local tat = tonumber(redis.call('HGET', state, arg(i, 1)) or now)
+  if tat < now then tat = now end
+  tats[i] = tat
+  rooms[i] = math.floor((now + burst * interval - tat) / interval)
+  waits[i] = 0
+  if cost > 0 and rooms[i] < cost then
+    fits = false
+    waits[i] = math.ceil(tat + (cost - burst) * interval - now)
+  end
+end
+
 local reply = {epoch, reset}
 local granted = {}
 for i = 1, n do
-  local field, interval, burst, want = arg(i, 1), num(i, 2), num(i, 3), num(i, 5)
-  local tat = tonumber(redis.call('HGET', state, field) or now)
-  if tat < now then tat = now end
-  local room = math.floor((now + burst * interval - tat) / interval)
-  local grant = math.max(0, math.min(want, room))
+  local field, interval, want = arg(i, 1), num(i, 2), num(i, 5)
+  local grant = 0
+  if fits then grant = math.max(0, math.min(want, rooms[i])) end
   if grant > 0 then
     local took = math.ceil(grant * interval)
-    redis.call('HSET', state, field, string.format('%.0f', tat + took))
+    redis.call('HSET', state, field, string.format('%.0f', tats[i] + took))
     granted[#granted + 1] = field .. '=' .. string.format('%.0f', math.floor(grant * interval))
   end
   reply[#reply + 1] = grant
 end
+for i = 1, n do reply[#reply + 1] = waits[i] end
 if #granted > 0 then
   redis.call('HSET', leases, ARGV[4], ARGV[8] .. '|' .. table.concat(granted, ','))
   redis.call('ZADD', expiries, now + tonumber(ARGV[5]), ARGV[4])

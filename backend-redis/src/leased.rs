@@ -1,6 +1,8 @@
 //! Leased mode's Redis side: taking, renewing and returning a process's
 //! lease on a shared scope (the local side is [`crate::lease`]).
 
+use std::time::Duration;
+
 use crate::errors::{Error, Result};
 use crate::governor::{Hold, Inner};
 use crate::lease::lease_size;
@@ -28,24 +30,32 @@ impl Inner {
         if let Some(generation) = lease.try_take(&costs, now) {
             return Ok(Ok(hold(generation, false)));
         }
-        self.renew(i, Some(&costs), now)?;
+        let waits_us = self.renew(i, Some(&costs), now)?;
         Ok(match lease.try_take(&costs, now) {
             Some(generation) => Ok(hold(generation, true)),
-            None => {
-                let scope = &self.scopes[i];
-                let refusing = lease.short_limit(&costs).unwrap_or(0);
-                Err(Error::RateLimited {
-                    scope: scope.path.clone(),
-                    dimension: scope.limits[refusing].dimension,
-                    retry_after: None,
-                })
-            }
+            None => Err(self.lease_refusal(i, &costs, &waits_us)),
         })
+    }
+
+    /// The refusal of a request on scope `i` that its renewed lease cannot
+    /// serve. It names the limit Redis says the request waits longest for,
+    /// and that wait; or, when Redis granted it all and another thread took
+    /// the lease first, the limit now short, with no time (it is polled).
+    fn lease_refusal(&self, i: usize, costs: &[u64], waits_us: &[u64]) -> Error {
+        let scope = &self.scopes[i];
+        // Reversed, as `max_by_key` keeps the last of equals: ties name the first limit.
+        let longest = waits_us.iter().enumerate().rev().max_by_key(|&(_, wait)| wait).filter(|&(_, &wait)| wait > 0);
+        let (refusing, retry_after) = match longest {
+            Some((limit, &wait)) => (limit, Some(Duration::from_micros(wait))),
+            None => (self.leases[i].short_limit(costs).unwrap_or(0), None),
+        };
+        Error::RateLimited { scope: scope.path.clone(), dimension: scope.limits[refusing].dimension, retry_after }
     }
 
     /// Returns scope `i`'s lease and, for `costs`, takes a new one sized
     /// from recent demand (`None`: take nothing). Call holding `renewing`.
-    fn renew(&self, i: usize, costs: Option<&[u64]>, now: u64) -> redis::RedisResult<()> {
+    /// Per limit, how long Redis says `costs` waits to fit (see `lease.lua`).
+    fn renew(&self, i: usize, costs: Option<&[u64]>, now: u64) -> redis::RedisResult<Vec<u64>> {
         let (scope, lease) = (&self.scopes[i], &self.leases[i]);
         let returned = lease.take_all();
         let processes = u64::from(self.settings.expected_processes);
@@ -62,6 +72,7 @@ impl Inner {
                 vec![0; scope.limits.len()]
             }
         };
+        let no_costs = vec![0; scope.limits.len()];
         let returned_epoch = lease.epoch.lock().clone();
         let returned_token = lease.token.lock().clone();
         let token = format!("{:016x}", rand::random::<u64>());
@@ -80,6 +91,7 @@ impl Inner {
             token: &token,
             give_back: &returned.give_back,
             want: &want,
+            cost: costs.unwrap_or(&no_costs),
         };
         match self.store.lease(scope, &ask) {
             Ok(grant) => {
@@ -90,7 +102,7 @@ impl Inner {
                 // Counted from before the call, so it ends before Redis's expiry.
                 let usable = ttl.as_nanos() as u64 / 10 * 9;
                 lease.install(&grant.grants, now.saturating_add(usable));
-                Ok(())
+                Ok(grant.waits_us)
             }
             Err(e) => {
                 lease.restore_after_failure(&returned);
@@ -111,7 +123,7 @@ impl Inner {
             let _renewing = lease.renewing.lock();
             let now = self.clock.now();
             match self.renew(i, None, now) {
-                Ok(()) => self.health.on_success(),
+                Ok(_) => self.health.on_success(),
                 Err(e) => {
                     self.health.on_error(&e, now, self.settings.retry_interval);
                     self.store.drop_idle();

@@ -72,6 +72,8 @@ pub(crate) struct LeaseAsk<'a> {
     pub give_back: &'a [i64],
     /// Per limit: units wanted.
     pub want: &'a [u64],
+    /// Per limit: what the request at hand costs (0: none is at hand).
+    pub cost: &'a [u64],
 }
 
 /// What the lease script granted.
@@ -79,6 +81,9 @@ pub(crate) struct LeaseGrant {
     pub epoch: String,
     pub reset: bool,
     pub grants: Vec<u64>,
+    /// Per limit: in how many microseconds the request's cost would fit
+    /// (0 where it fits now). Nothing is granted unless it fits on all.
+    pub waits_us: Vec<u64>,
 }
 
 pub(crate) struct Store {
@@ -270,17 +275,18 @@ impl Store {
             .arg(ask.returned_epoch.unwrap_or(""))
             .arg(ask.returned_token.unwrap_or(""))
             .arg(ask.token);
-        for ((limit, give), want) in scope.limits.iter().zip(ask.give_back).zip(ask.want) {
+        for (((limit, give), want), cost) in scope.limits.iter().zip(ask.give_back).zip(ask.want).zip(ask.cost) {
             let Kind::Rate { interval_us, burst } = limit.kind else { continue };
-            call.arg(&limit.field).arg(interval_us).arg(burst).arg(*give).arg(*want);
+            call.arg(&limit.field).arg(interval_us).arg(burst).arg(*give).arg(*want).arg(*cost);
         }
         // Run twice, the lease's token keeps it from refunding twice.
         let run = |c: &mut Connection| call.invoke::<Vec<Value>>(c);
         let reply = self.with(&run, &run)?;
         let epoch: String = redis::from_redis_value_ref(field(&reply, 0)?)?;
         let reset: i64 = redis::from_redis_value_ref(field(&reply, 1)?)?;
-        let grants = reply[2..].iter().map(redis::from_redis_value_ref::<u64>).collect::<Result<_, _>>()?;
-        Ok(LeaseGrant { epoch, reset: reset == 1, grants })
+        let counts = reply[2..].iter().map(redis::from_redis_value_ref::<u64>).collect::<Result<Vec<_>, _>>()?;
+        let (grants, waits_us) = counts.split_at(counts.len() / 2);
+        Ok(LeaseGrant { epoch, reset: reset == 1, grants: grants.to_vec(), waits_us: waits_us.to_vec() })
     }
 }
 

@@ -1,8 +1,8 @@
 //! Waiting for shared scopes. Redis holds no queue of waiters: a refused
-//! request sleeps until the refusing limit could admit it (exact mode's
-//! GCRA says when, to the microsecond) and tries again, until its timeout.
-//! A refusal that names no time (a concurrency slot, an exhausted lease
-//! pool) is polled, the pauses doubling up to [`MAX_POLL`] with jitter so
+//! request sleeps until the refusing limit could admit it (Redis's GCRA
+//! says when, to the microsecond, in exact mode and on a lease renewal in
+//! leased mode) and tries again, until its timeout. A refusal that names no
+//! time (a concurrency slot, a lease another thread took first) is polled, the pauses doubling up to [`MAX_POLL`] with jitter so
 //! that the waiters of many processes do not call Redis in step.
 //!
 //! [`Wait`] decides the pauses and does no I/O, so the blocking loop here

@@ -144,7 +144,10 @@ fn a_429_on_a_leased_provider_scope_empties_this_lease_and_every_next_one() {
     a.report(&sent, 429, &[("retry-after", "30")], b"").unwrap();
     a.cancel(&mut sent).unwrap();
     let refusal = |gov: &RedisGovernor, route| match gov.try_acquire(route, Usage::new(10, 10)) {
-        Err(Error::RateLimited { scope, dimension, .. }) => Some((scope.to_string(), dimension)),
+        Err(Error::RateLimited { scope, dimension, retry_after }) => {
+            assert!(retry_after.is_some_and(|d| d.as_secs() >= 29), "the renewal says the hold: {retry_after:?}");
+            Some((scope.to_string(), dimension))
+        }
         Ok(mut permit) => gov.cancel(&mut permit).map(|()| None).unwrap(),
         Err(other) => panic!("{other:?}"),
     };

@@ -140,8 +140,8 @@ func (g *RedisGovernor) Route(paths ...string) (RedisRoute, error) {
 
 // TryAcquire reserves the request on every scope of its route now, in
 // Redis and locally, or nothing. A refusal is an *Error with code
-// ErrRateLimited (RetryAfter in exact mode; none for a concurrency slot or
-// a leased pool) or ErrNeverFits.
+// ErrRateLimited (RetryAfter from Redis's GCRA in either mode; none for a
+// concurrency slot) or ErrNeverFits.
 func (g *RedisGovernor) TryAcquire(r RedisRequest) (*RedisPermit, error) {
 	h, err := g.ptr()
 	if err != nil {

@@ -1677,8 +1677,8 @@ llmgov_result llmgov_redis_governor_metrics_json(const struct llmgov_redis_gover
  * Reserves `input_tokens` (of which `cached_input_tokens` from the prompt
  * cache) and `max_output_tokens` on every scope of the route now, shared
  * and local, or nothing. A refusal is `LLMGOV_RESULT_RATE_LIMITED`
- * (`llmgov_last_error` gives the scope, the dimension and, in exact mode,
- * when it could pass; none for a concurrency slot or a leased pool) or
+ * (`llmgov_last_error` gives the scope, the dimension and when it could
+ * pass, as Redis's GCRA says; none for a concurrency slot) or
  * `LLMGOV_RESULT_NEVER_FITS`; a token count above 2^40, or more cached
  * input than input, is `LLMGOV_RESULT_INVALID_REQUEST` naming the field.
  * Each shared scope in exact mode costs one Redis call; while Redis is
@@ -1701,8 +1701,8 @@ llmgov_result llmgov_redis_governor_try_acquire(const struct llmgov_redis_govern
 /**
  * `llmgov_redis_governor_try_acquire`, waiting while a limit refuses: the
  * calling thread sleeps until the refusing limit could admit the request
- * (exact mode's GCRA says when; a concurrency slot or a leased pool is
- * polled every 2 to 50 ms) and tries again. Redis keeps no queue: whoever
+ * (Redis's GCRA says when; a concurrency slot, or a lease another thread
+ * took first, is polled every 2 to 50 ms) and tries again. Redis keeps no queue: whoever
  * tries first after capacity returns takes it.
  *
  * Returns `LLMGOV_RESULT_DEADLINE_EXCEEDED` when `timeout_ns`

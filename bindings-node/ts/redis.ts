@@ -128,8 +128,8 @@ export class RedisGovernor {
 
   /**
    * {@link tryAcquire}, waiting while a limit refuses: sleeps (on a timer)
-   * until the refusing limit could admit the request (exact mode's GCRA
-   * says when; concurrency slots and lease pools are polled, 2 to 50 ms)
+   * until the refusing limit could admit the request (Redis's GCRA says
+   * when, in either mode; concurrency slots are polled, 2 to 50 ms)
    * and tries again. Rejects with {@link DeadlineExceededError} at once
    * when the predicted wait is past `deadlineMs`, or when it comes;
    * {@link NeverFitsError} at once; the signal's reason when it is aborted,

@@ -28,7 +28,7 @@ The engine is the Rust crate ``llmgov-redis``, compiled into ``llmgov._llmgov``.
 
 ``acquire_blocking(..., timeout=)`` and ``await acquire(..., deadline_ms=)``
 wait while a limit refuses: they sleep until the refusing limit could admit
-the request (exact mode's Redis says when) and try again. Waiters are not
+the request (Redis's GCRA says when) and try again. Waiters are not
 queued across processes; whoever tries first after capacity returns takes it.
 
 The acquires take the local ``Governor``'s ``klass=``, ``priority=`` and
