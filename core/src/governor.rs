@@ -313,6 +313,21 @@ impl Governor {
         self.feed_back(permit.route(), feedback, Some(permit.acquired_at()))
     }
 
+    /// Feeds an answer already classified back for a request on `route`
+    /// sent at `sent_at` (on this governor's clock): [`Self::report_classified`]
+    /// for a caller that admitted the request elsewhere and holds no permit
+    /// of this governor's. A breaker whose pause was over when it was sent
+    /// takes its answer as the probe's.
+    pub fn observe_sent(&self, route: Route, sent_at: u64, feedback: &Classification) -> Result<usize> {
+        self.feed_back(route, feedback, Some(sent_at))
+    }
+
+    /// When the circuit breaker of provider scope `path` lets a request
+    /// through again; see [`Ledger::breaker_open_until`].
+    pub fn breaker_open_until(&self, path: &str) -> Option<u64> {
+        self.ledger.breaker_open_until(path)
+    }
+
     /// Refunds a permit whose request was never sent; see [`Ledger::cancel`].
     pub fn cancel(&self, permit: &mut Permit) -> Result<()> {
         self.ledger.cancel(permit, self.clock.now())?;

@@ -186,3 +186,38 @@ fn a_5xx_the_provider_says_not_to_retry_is_still_a_failure() {
         "two consecutive 500s open it"
     );
 }
+
+/// A governor that admits elsewhere (through Redis) and only feeds answers
+/// back: a request sent once the pause was over, with no probe claimed
+/// here, answers as the probe. Its failure reopens the breaker for the next
+/// pause; its success closes it.
+#[test]
+fn an_answer_to_a_request_sent_past_the_pause_is_the_probes() {
+    use llmgov::{Governor, ManualClock};
+    let config = Config::from_value(json!({
+        "adaptive": {"breaker": {"failures": 2, "pauses": ["30s", "2m"]}},
+        "scopes": {"a": {"provider": true, "limits": [{"dimension": "requests", "amount": 1000, "window": "1m"}]}}
+    }))
+    .unwrap();
+    let clock = Arc::new(ManualClock::new(0));
+    let gov = Governor::with_clock(&config, clock.clone()).unwrap();
+    let route = gov.route(&["a"]).unwrap();
+    let success = classify_response(200, &[("x", "y")], b"", ProviderHint::Auto, 0);
+    gov.observe_sent(route, 0, &failure()).unwrap();
+    assert_eq!(gov.breaker_open_until("a"), None, "one failure of two");
+    gov.observe_sent(route, 0, &failure()).unwrap();
+    assert_eq!(gov.breaker_open_until("a"), Some(30 * SEC));
+    assert_eq!(gov.breaker_open_until("b"), None, "no such scope");
+    // Sent during the pause: of the outage that opened it.
+    clock.set(31 * SEC);
+    gov.observe_sent(route, 10 * SEC, &failure()).unwrap();
+    assert_eq!(gov.breaker_open_until("a"), Some(30 * SEC));
+    gov.observe_sent(route, 10 * SEC, &success).unwrap();
+    assert_eq!(gov.breaker_open_until("a"), Some(30 * SEC));
+    // Sent after it: the probe failed, so the next pause.
+    gov.observe_sent(route, 30 * SEC, &failure()).unwrap();
+    assert_eq!(gov.breaker_open_until("a"), Some(31 * SEC + 120 * SEC));
+    clock.set(200 * SEC);
+    gov.observe_sent(route, 160 * SEC, &success).unwrap();
+    assert_eq!(gov.breaker_open_until("a"), None, "the probe succeeded");
+}

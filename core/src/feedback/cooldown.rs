@@ -25,7 +25,7 @@ pub struct LimitShape {
 
 impl LimitShape {
     /// Whether it holds a daily quota rather than a per-minute rate.
-    pub(crate) fn is_daily(&self) -> bool {
+    pub fn is_daily(&self) -> bool {
         self.window_ns.is_some_and(|w| w >= DAILY_WINDOW_NS)
     }
 

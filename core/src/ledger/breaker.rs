@@ -124,7 +124,7 @@ impl Breaker {
             return self.open(adaptive, now);
         }
         // Open: only the probe's failure is news.
-        if !self.probing.swap(false, Ordering::AcqRel) {
+        if !self.probing.swap(false, Ordering::AcqRel) && !self.sent_past_pause(sent_at) {
             return false;
         }
         let level = self.level.load(Ordering::Relaxed).saturating_add(1);
@@ -148,12 +148,26 @@ impl Breaker {
             return false;
         }
         self.failures.store(0, Ordering::Relaxed);
-        if !self.probing.swap(false, Ordering::AcqRel) {
+        if !self.probing.swap(false, Ordering::AcqRel) && !self.sent_past_pause(sent_at) {
             return false;
         }
         self.level.store(0, Ordering::Relaxed);
         self.open_until.store(0, Ordering::Release);
         true
+    }
+
+    /// Whether a request sent at `sent_at` left once the pause was over,
+    /// with no probe out: one admitted past this ledger's gate (a governor
+    /// sharing the scope through Redis admits there, and only asks this
+    /// breaker whether to hold the scope). Its answer is the probe's.
+    fn sent_past_pause(&self, sent_at: Option<u64>) -> bool {
+        let until = self.open_until.load(Ordering::Acquire);
+        until != 0 && sent_at.is_some_and(|sent| sent >= until)
+    }
+
+    /// When the pause (or the probe's hold) ends; `None` while closed.
+    pub fn open_until(&self) -> Option<u64> {
+        Some(self.open_until.load(Ordering::Acquire)).filter(|&until| until != 0)
     }
 
     pub fn state(&self, now: u64) -> State {

@@ -103,6 +103,15 @@ impl Ledger {
         Ok(self.feed_back(route, feedback, sent_at, now, changes))
     }
 
+    /// When the circuit breaker of provider scope `path` lets a request
+    /// through again (its pause's end, or the hold of the probe out), on
+    /// the ledger's clock; `None` while closed, and for a path that is no
+    /// provider scope here.
+    pub fn breaker_open_until(&self, path: &str) -> Option<u64> {
+        let scope = self.registry.get(self.registry.lookup(path)?);
+        scope.adaptation.as_deref()?.breaker.open_until()
+    }
+
     /// The paths of the provider scopes on `route`.
     pub(crate) fn provider_paths(&self, route: Route) -> Vec<String> {
         let scopes = self.registry.route(route.id).iter();
