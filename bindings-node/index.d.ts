@@ -175,9 +175,9 @@ export declare class NativeRedisPermit {
    * Feeds the provider's answer to this permit's request into the
    * route's local scopes (a 429 holds the local provider scope it names
    * empty until the retry-after, AIMD and the breaker learn) and returns
-   * how it was read. A 429 also holds the route's shared provider scopes
-   * in Redis, for every process: that call runs on the thread pool, so
-   * `report` never blocks the event loop.
+   * how it was read. A 429, or a breaker it opens, also holds the route's
+   * shared provider scopes in Redis, for every process: that call runs on
+   * the thread pool, so `report` never blocks the event loop.
    */
   report(status: number, headers: Array<string>, body: string): Classification
   /** What it reserved. */

@@ -67,6 +67,9 @@ pub struct SharedPermit {
     /// the provider's answers too, to keep what it learnt through an outage.
     fallback_route: Option<Route>,
     reconciled: bool,
+    /// When it was granted, on this process's clock: what the breaker of
+    /// the safe share's copies dates its answer by.
+    acquired_at: u64,
     /// When it expires unsettled, on this process's clock: a local part's
     /// own expiry, else the permit TTL from the acquire.
     expires_at: u64,
@@ -87,6 +90,7 @@ impl SharedPermit {
             local: self.local.as_ref().map(|local| (local.route(), local.acquired_at())),
             providers: self.providers.clone(),
             fallback: self.fallback_route,
+            sent_at: self.acquired_at,
         }
     }
 }
@@ -139,6 +143,9 @@ pub(crate) struct Inner {
     pub(crate) leases: Vec<LocalLease>,
     /// What the safe share admitted while Redis was away, owed to Redis.
     pub(crate) outage: OutageDebt,
+    /// Per shared scope: until when (on `clock`) a breaker that opened on
+    /// its safe share's copy holds it, not yet sent to Redis; 0 if none.
+    pub(crate) breaker_holds: Vec<AtomicU64>,
     pub(crate) health: HealthState,
 }
 
@@ -201,6 +208,7 @@ impl RedisGovernor {
             held: scopes.iter().map(|_| Mutex::new(HashMap::new())).collect(),
             leases: scopes.iter().map(|s| LocalLease::new(s.limits.len())).collect(),
             outage: OutageDebt::new(&scopes),
+            breaker_holds: scopes.iter().map(|_| AtomicU64::new(0)).collect(),
             health: HealthState::default(),
             index,
             priced,

@@ -285,7 +285,8 @@ func (p *RedisPermit) Cancel() error {
 // empty until the retry-after, AIMD and the breaker learn, remaining
 // headers lower buckets. A 429 also holds the route's shared provider
 // scopes empty in Redis, for every process, until its retry-after (one
-// Redis call per such scope); other shared scopes learn nothing from it. Call it for successes too, before or after settling or
+// Redis call per such scope), and so does a circuit breaker the answer
+// opens there, for its pause; other shared scopes learn nothing from it. Call it for successes too, before or after settling or
 // cancelling. A status outside 100 to 999 is ErrInvalidRequest naming
 // "status", and nothing is fed back.
 func (p *RedisPermit) Report(status int, header http.Header, body []byte) (Classification, error) {

@@ -1768,7 +1768,8 @@ llmgov_result llmgov_redis_permit_cancel(struct llmgov_redis_permit *permit);
  * holds the local scope it names empty until the retry-after, AIMD and the
  * breaker learn, `remaining` headers lower buckets. A 429 also holds the
  * route's shared provider scopes (`provider = true`) empty in Redis, for
- * every process, until its retry-after (one Redis call per such scope);
+ * every process, until its retry-after (one Redis call per such scope),
+ * and so does a circuit breaker the answer opens there, for its pause;
  * other shared scopes learn nothing from it. Call it for successes too, any time before or
  * after settling or cancelling. Reads the wall clock (for resets given as
  * dates). A `status` outside 100 to 999 is `LLMGOV_RESULT_INVALID_REQUEST`

@@ -355,6 +355,42 @@ mode = "exact"
   assert.equal(a.health().degraded, false);
 });
 
+test('failures reported on one RedisGovernor open a breaker that holds a shared provider scope for the other', { skip: NO_SERVER }, async () => {
+  const config = `
+[adaptive.breaker]
+failures = 2
+pauses = ["30s"]
+[scopes."openai/key"]
+provider = true
+limits = [{ dimension = "requests", amount = 1000, window = "1m" }]
+[redis]
+prefix = "${freshPrefix('report-breaker')}"
+expected_processes = 2
+timeout = "${TIMEOUT}"
+[redis.scopes."openai/key"]
+mode = "exact"
+`;
+  const [a, b] = [RedisGovernor.fromToml(config), RedisGovernor.fromToml(config)];
+  const paths = ['openai/key'];
+  for (let failure = 0; failure < 2; failure++) {
+    const permit = await a.tryAcquire({ paths, inputTokens: 10 });
+    assert.equal(permit.report(500, {}, '').kind, 'none');
+    await permit.cancel();
+  }
+  // The second failure opened the breaker; its hold runs on the pool.
+  let held;
+  for (let attempt = 0; attempt < 50 && held === undefined; attempt++) {
+    try {
+      await (await b.tryAcquire({ paths, inputTokens: 10 })).cancel();
+    } catch (e) {
+      held = e;
+    }
+  }
+  assert.ok(held instanceof RateLimitedError, `b was never held: ${held}`);
+  assert.equal(held.scope, 'openai/key');
+  assert.ok(held.retryAfterMs > 29_000 && held.retryAfterMs <= 31_000, String(held.retryAfterMs));
+});
+
 test("report feeds a provider's answer into the route's local scopes; on shared scopes alone it only classifies", { skip: NO_SERVER }, async () => {
   const prefix = freshPrefix('report');
   const gov = RedisGovernor.fromToml(`

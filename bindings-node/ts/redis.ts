@@ -272,8 +272,9 @@ export class RedisPermit {
    * Feeds the provider's answer into the route's local scopes (a 429 holds
    * the local provider scope it names empty until the retry-after; AIMD
    * and the breaker learn) and returns its classification; settle or
-   * cancel as usual afterwards. A 429 also holds the route's shared
-   * provider scopes empty in Redis for every process (on the thread pool:
+   * cancel as usual afterwards. A 429, or a circuit breaker the answer
+   * opens, also holds the route's shared provider scopes empty in Redis
+   * for every process (on the thread pool:
    * the classification returns at once).
    * Takes what `Permit.report` takes: `(status, headers, body)`, an SDK
    * `APIError`, or a fetch `Response` (then a Promise).

@@ -4,7 +4,7 @@ output) is accepted, a value is refused by name; and the httpx transports
 under the real OpenAI SDK, against `llmgov mock-server`: two governors
 spend one shared budget between them, and a 429 is reported into the
 route's local provider scope (`RedisPermit.report`), or holds a shared one
-in Redis for both.
+in Redis for both, as a breaker that failures open does.
 
 The tests marked ``needs_redis`` run against ``LLMGOV_REDIS_URL`` (``make
 test-redis-python`` starts a redis-server) and are skipped without it."""
@@ -110,11 +110,13 @@ def redis_url() -> str:
     return url
 
 
-def governed_config(url: str, prefix: str, budget: int, provider_rpm: int, provider_mode: str | None = None) -> str:
+def governed_config(
+    url: str, prefix: str, budget: int, provider_rpm: int, provider_mode: str | None = None, head: str = ""
+) -> str:
     """A team budget shared through Redis, and the provider's scope local
-    (or shared too, in `provider_mode`)."""
+    (or shared too, in `provider_mode`); `head` goes first (`[adaptive]`)."""
     shared_provider = f'[redis.scopes."openai/org/gpt-4o"]\nmode = "{provider_mode}"' if provider_mode else ""
-    return f"""
+    return f"""{head}
 [scopes."team"]
 limits = [{{ dimension = "tokens", amount = {budget}, window = "30d" }}]
 [scopes."openai/org/gpt-4o"]
@@ -214,6 +216,29 @@ def test_a_429_through_the_transport_holds_a_shared_provider_scope_for_both_gove
         with pytest.raises(llmgov.RateLimited) as held:
             gov.try_acquire(PATHS, input_tokens=1)
         assert held.value.scope == "openai/org/gpt-4o" and held.value.retry_after_ms > 1000, str(held.value)
+    assert all(not gov.health()["degraded"] for gov in (first, second))
+
+
+def test_failures_through_the_transport_open_a_breaker_that_holds_a_shared_provider_scope_for_both(
+    mock_server_factory: Any,
+) -> None:
+    url = redis_url()
+    server = mock_server_factory(MOCK.format(rpm=1000) + "chaos = { error_500 = 1.0 }\n")
+    prefix = f"py-sdk-breaker-{os.getpid()}-{time.time_ns()}"
+    head = '[adaptive.breaker]\nfailures = 2\npauses = ["30s"]'
+    config = governed_config(url, prefix, budget=100_000, provider_rpm=100, provider_mode="exact", head=head)
+    first, second = (RedisGovernor.from_toml(config) for _ in range(2))
+    sdk = client(first, server, retry=llmgov.RetryPolicy(max_retries=0))
+    with pytest.raises(openai.InternalServerError):
+        ask(sdk)
+    second.try_acquire(PATHS, input_tokens=1).cancel()  # one failure of two holds nothing
+    with pytest.raises(openai.InternalServerError):
+        ask(sdk)
+    # The first governor's breaker opened; Redis holds the provider's scope for both, for its pause.
+    for gov in (second, first):
+        with pytest.raises(llmgov.RateLimited) as held:
+            gov.try_acquire(PATHS, input_tokens=1)
+        assert held.value.scope == "openai/org/gpt-4o" and 29_000 < held.value.retry_after_ms <= 31_000, str(held.value)
     assert all(not gov.health()["degraded"] for gov in (first, second))
 
 

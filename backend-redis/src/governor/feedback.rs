@@ -1,11 +1,13 @@
 //! A provider's answer to a shared permit's request: the local scopes of
-//! its route learn from it as the core's do, and a 429 holds its shared
-//! provider scopes empty in Redis, so that every process holds back.
+//! its route learn from it as the core's do, and a 429, or a circuit
+//! breaker it opens, holds its shared provider scopes empty in Redis, so
+//! that every process holds back.
 
+use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use llmgov::feedback::{cooldown, LimitShape};
-use llmgov::{classify_response, Classification, LimitKind, ProviderHint, Route};
+use llmgov::{classify_response, Classification, Dimension, LimitKind, ProviderHint, Route};
 
 use super::{Inner, RedisGovernor, SharedPermit};
 use crate::errors::Result;
@@ -25,6 +27,8 @@ pub struct FeedbackTarget {
     pub(super) providers: Box<[usize]>,
     /// Its route's shared part in the fallback governor.
     pub(super) fallback: Option<Route>,
+    /// When the permit was granted, on the governor's clock.
+    pub(super) sent_at: u64,
 }
 
 impl FeedbackTarget {
@@ -37,12 +41,6 @@ impl FeedbackTarget {
     /// How many shared provider scopes on its route a 429 holds in Redis.
     pub fn shared_provider_scopes(&self) -> usize {
         self.providers.len()
-    }
-
-    /// Whether [`RedisGovernor::hold_providers`] reaches Redis for this
-    /// answer: for bindings that must not block their caller on Redis.
-    pub fn holds_in_redis(&self, classification: &Classification) -> bool {
-        !self.providers.is_empty() && classification.kind == LimitKind::RateLimited
     }
 }
 
@@ -58,8 +56,14 @@ impl RedisGovernor {
     ///   for every process sharing the scope: refunds and returned leases
     ///   never shorten the hold. In leased mode this process ends its lease
     ///   on the scope; other processes spend at most what their leases
-    ///   still hold. In Redis, shared scopes learn nothing else (no AIMD,
-    ///   no breaker, no discovery).
+    ///   still hold.
+    /// - Consecutive failures (429s, 5xx, 529) that this process sees open
+    ///   the breaker of a shared provider scope as they open a local one's
+    ///   (`[adaptive.breaker]`), and the breaker holds the scope's rate
+    ///   limits empty in Redis for its pause, for every process, as a 429
+    ///   does. The answer to the first request sent after the pause is the
+    ///   probe's: a failure opens it for the next pause, a success closes it.
+    ///   In Redis, shared scopes learn nothing else (no AIMD, no discovery).
     /// - The safe share's copies of the shared provider scopes (what this
     ///   process enforces while Redis is away) learn as local provider
     ///   scopes do, so a process that loses Redis, or reports while it is
@@ -90,8 +94,9 @@ impl RedisGovernor {
     }
 
     /// The part of [`Self::report_sent`] that does no I/O: the answer
-    /// classified, and fed to the local scopes of the target's route. A
-    /// target of another governor is an `InvalidRequest`.
+    /// classified, fed to the local scopes of the target's route and to
+    /// the safe share's copies of its shared provider scopes (whose
+    /// breakers may open). A target of another governor is an `InvalidRequest`.
     pub fn report_local<K: AsRef<[u8]>, V: AsRef<[u8]>>(
         &self,
         target: &FeedbackTarget,
@@ -109,19 +114,29 @@ impl RedisGovernor {
         };
         // The safe share's copies of the shared provider scopes learn too
         // (a 429 holds them, AIMD and the breaker learn), so that a process
-        // that loses Redis keeps holding back; they enforce nothing until then.
+        // that loses Redis keeps holding back; they enforce nothing until
+        // then, but their breakers' openings are held in Redis.
         if let (Some(route), false) = (target.fallback, target.providers.is_empty()) {
-            self.inner.fallback.observe(route, &classification)?;
+            self.inner.learn_on_fallback(route, target, &classification)?;
         }
         Ok(classification)
     }
 
+    /// Whether [`Self::hold_providers`] reaches Redis for this answer (from
+    /// [`Self::report_local`]): for bindings that must not block their
+    /// caller on Redis.
+    pub fn holds_in_redis(&self, target: &FeedbackTarget, classification: &Classification) -> bool {
+        let breaker_opened = target.providers.iter().any(|&i| self.inner.breaker_holds[i].load(Ordering::Acquire) != 0);
+        let rate_limited = !target.providers.is_empty() && classification.kind == LimitKind::RateLimited;
+        target.owner == self.inner.owner && (rate_limited || breaker_opened)
+    }
+
     /// The part of [`Self::report_sent`] that reaches Redis: what a 429
-    /// (`classification`, from [`Self::report_local`]) holds on each of the
-    /// target's shared provider scopes, one call per scope. Nothing for an
-    /// answer that is no rate limit, nor for a target of another governor.
+    /// (`classification`, from [`Self::report_local`]) or a breaker it
+    /// opened holds on each of the target's shared provider scopes, one
+    /// call per scope held. Nothing for a target of another governor.
     pub fn hold_providers(&self, target: &FeedbackTarget, classification: &Classification) {
-        if target.owner == self.inner.owner && target.holds_in_redis(classification) {
+        if self.holds_in_redis(target, classification) {
             self.adopt_if_forked();
             self.inner.hold_providers(&target.providers, classification);
         }
@@ -129,18 +144,43 @@ impl RedisGovernor {
 }
 
 impl Inner {
+    /// Feeds the answer to the safe share's copies of the target's shared
+    /// provider scopes (its route there: `route`), noting in
+    /// `breaker_holds` every breaker that opened, or opened again after its
+    /// probe failed, until its pause ends.
+    fn learn_on_fallback(&self, route: Route, target: &FeedbackTarget, feedback: &Classification) -> Result<()> {
+        let open_until = |i: usize| self.fallback.breaker_open_until(&self.scopes[i].path);
+        let before: Vec<Option<u64>> = target.providers.iter().map(|&i| open_until(i)).collect();
+        self.fallback.observe_sent(route, target.sent_at, feedback)?;
+        for (&i, before) in target.providers.iter().zip(before) {
+            if let Some(until) = open_until(i).filter(|&until| Some(until) != before) {
+                self.breaker_holds[i].fetch_max(until, Ordering::AcqRel);
+            }
+        }
+        Ok(())
+    }
+
     /// Holds in Redis what a 429 holds on each shared provider scope of
-    /// `scopes`; an answer that is no rate limit holds nothing.
+    /// `scopes`, and every rate limit of those whose breaker opened, until
+    /// its pause ends; an answer that is no rate limit holds nothing more.
     fn hold_providers(&self, scopes: &[usize], feedback: &Classification) {
         let now = self.clock.now();
         for &i in scopes {
             let scope = &self.scopes[i];
             let shapes: Vec<LimitShape> = scope.limits.iter().map(SharedLimit::shape).collect();
-            let holds: Vec<(usize, u64)> = cooldown(feedback, &shapes, now)
-                .into_iter()
-                .enumerate()
-                .filter(|&(l, _)| matches!(scope.limits[l].kind, Kind::Rate { .. }))
-                .filter_map(|(l, until)| Some((l, until?.saturating_sub(now) / 1_000)))
+            let cooled = cooldown(feedback, &shapes, now);
+            let breaker_until = Some(self.breaker_holds[i].swap(0, Ordering::AcqRel)).filter(|&until| until > now);
+            let holds: Vec<(usize, u64)> = (scope.limits.iter().enumerate())
+                .filter(|(_, limit)| matches!(limit.kind, Kind::Rate { .. }))
+                .filter_map(|(l, limit)| {
+                    // A breaker holds rates, as a 429 naming no limit does:
+                    // neither daily quotas (drained, they would take a day to
+                    // refill) nor budgets (the user's, not the provider's).
+                    let broken =
+                        breaker_until.filter(|_| !limit.shape().is_daily() && limit.dimension != Dimension::Cost);
+                    let until = cooled.get(l).copied().flatten().max(broken)?;
+                    Some((l, until.saturating_sub(now) / 1_000))
+                })
                 .collect();
             if holds.is_empty() {
                 continue;

@@ -30,8 +30,8 @@ impl Inner {
             Some(r) => Some(self.local.try_acquire(&request(r, estimate)).map_err(Error::from_core)?),
             None => None,
         };
-        let expires_at =
-            local.as_ref().map_or_else(|| self.clock.now().saturating_add(self.permit_ttl_ns), Permit::expires_at);
+        let acquired_at = local.as_ref().map_or_else(|| self.clock.now(), Permit::acquired_at);
+        let expires_at = local.as_ref().map_or(acquired_at.saturating_add(self.permit_ttl_ns), Permit::expires_at);
         let mut permit = SharedPermit {
             owner: self.owner,
             local,
@@ -42,6 +42,7 @@ impl Inner {
             providers: route.providers.clone(),
             fallback_route: route.fallback,
             reconciled: false,
+            acquired_at,
             expires_at,
         };
         let Some(fallback_route) = route.fallback else { return Ok(permit) };

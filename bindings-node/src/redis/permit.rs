@@ -76,9 +76,9 @@ impl NativeRedisPermit {
     /// Feeds the provider's answer to this permit's request into the
     /// route's local scopes (a 429 holds the local provider scope it names
     /// empty until the retry-after, AIMD and the breaker learn) and returns
-    /// how it was read. A 429 also holds the route's shared provider scopes
-    /// in Redis, for every process: that call runs on the thread pool, so
-    /// `report` never blocks the event loop.
+    /// how it was read. A 429, or a breaker it opens, also holds the route's
+    /// shared provider scopes in Redis, for every process: that call runs on
+    /// the thread pool, so `report` never blocks the event loop.
     #[napi(catch_unwind)]
     pub fn report(&self, env: Env, status: f64, headers: Vec<String>, body: String) -> Result<Classification> {
         let (status, pairs) = answer(status, &headers).or_throw(&env)?;
@@ -86,7 +86,7 @@ impl NativeRedisPermit {
         let classification = gov
             .report_local(&self.feedback_target, status, &pairs, body.as_bytes())
             .map_err(|e| reject_redis(&env, e))?;
-        if self.feedback_target.holds_in_redis(&classification) {
+        if gov.holds_in_redis(&self.feedback_target, &classification) {
             // Never fails: a Redis error counts in the governor's health.
             let target = self.feedback_target.clone();
             env.spawn(HoldProviders { gov: self.gov.clone(), target, classification: classification.clone() })?;

@@ -41,7 +41,8 @@ waiters are not queued, and ``max_output_tokens`` is what is reserved.
 local scopes (a 429's ``retry-after`` holds them; AIMD and the breaker
 learn) and returns its classification; a 429 also holds the route's shared
 provider scopes (``provider = true``) empty in Redis, for every process,
-until its retry-after. So the httpx transports (``llmgov.httpx.GovernedTransport`` and
+until its retry-after, as a circuit breaker the answer opens there does for
+its pause. So the httpx transports (``llmgov.httpx.GovernedTransport`` and
 friends) take a ``RedisGovernor`` as they take a local one, less ``klass=``
 and ``priority=``, which they refuse by name when built.
 """

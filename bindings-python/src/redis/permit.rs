@@ -123,8 +123,9 @@ impl PyRedisPermit {
 
     /// Feeds the provider's answer back into the local scopes of the route
     /// (a 429's `retry-after` holds them; AIMD and the breaker learn) and
-    /// returns its classification; a 429 also holds the route's shared
-    /// provider scopes in Redis, for every process.
+    /// returns its classification; a 429, or a circuit breaker the answer
+    /// opens, also holds the route's shared provider scopes in Redis, for
+    /// every process.
     /// Takes what `Permit.report` takes: `(status, headers, body)`, an
     /// `httpx.Response`, or an SDK `APIStatusError`.
     #[pyo3(signature = (status = None, headers = None, body = None, **extra),
