@@ -172,6 +172,11 @@ export declare class NativeRedisPermit {
   /** Gives the whole reservation back, on the thread pool. */
   cancel(): Promise<void>
   /**
+   * Charges `tokens` more streamed output on the route's local scopes
+   * (beyond their reservation only), at once: no Redis call.
+   */
+  addOutput(tokens: number): void
+  /**
    * Feeds the provider's answer to this permit's request into the
    * route's local scopes (a 429 holds the local provider scope it names
    * empty until the retry-after, AIMD and the breaker learn) and returns

@@ -279,6 +279,17 @@ impl RedisGovernor {
         self.inner.reconcile(permit, Some(actual))
     }
 
+    /// Charges `tokens` more streamed output as it arrives, as
+    /// [`llmgov::Governor::add_output`] does, on the permit's local scopes
+    /// (and on the safe share, for a permit it admitted while Redis was
+    /// away). Its shared scopes reserved `max_tokens` at the acquire: output
+    /// within it is paid for there, and any beyond it is charged in Redis
+    /// at settle, from the usage. No Redis call. A settled or cancelled
+    /// permit is `AlreadyReconciled`; one past its TTL, `PermitExpired`.
+    pub fn add_output(&self, permit: &mut SharedPermit, tokens: u64) -> Result<()> {
+        self.inner.add_output(permit, tokens)
+    }
+
     /// Gives the whole reservation back (the request was never sent).
     pub fn cancel(&self, permit: &mut SharedPermit) -> Result<()> {
         self.adopt_if_forked();

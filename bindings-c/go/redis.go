@@ -279,6 +279,16 @@ func (p *RedisPermit) Cancel() error {
 	})
 }
 
+// AddOutput reports tokens more of streamed output: output beyond the
+// reservation of the route's local scopes is charged there at once, with
+// no Redis call; the shared scopes reserved MaxOutputTokens and are charged
+// any more at Settle, from the usage.
+func (p *RedisPermit) AddOutput(tokens uint64) error {
+	return p.locked(func(h *C.llmgov_redis_permit) error {
+		return call(func() C.llmgov_result { return C.llmgov_redis_permit_add_output(h, C.uint64_t(tokens)) })
+	})
+}
+
 // Report feeds the provider's answer to this permit's request (status,
 // headers, body) back into the local scopes of its route, as Permit.Report
 // does, and says how it was read: a 429 holds the local scope it names

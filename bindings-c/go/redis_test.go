@@ -588,3 +588,55 @@ func TestRedisNilAndZeroPermitsAreErrorsNamingThem(t *testing.T) {
 		p.Close()
 	}
 }
+
+func TestRedisAddOutputChargesTheLocalScopesWithNoRedisCall(t *testing.T) {
+	redisURL(t)
+	gov, err := llmgov.NewRedisGovernorFromTOML(fmt.Sprintf(`
+[scopes."team"]
+limits = [{ dimension = "tokens", amount = 100000, window = "1m" }]
+[scopes."openai/key"]
+limits = [{ dimension = "output_tokens", amount = 100, window = "1m" }]
+[redis]
+prefix = %q
+expected_processes = 2
+timeout = "2s"
+[redis.scopes."team"]
+mode = "exact"
+`, freshPrefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gov.Close()
+	route, err := gov.Route("team", "openai/key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	request := llmgov.RedisRequest{Route: route, InputTokens: 10, MaxOutputTokens: 40}
+	streaming, err := gov.TryAcquire(request)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer streaming.Close()
+	before, _ := gov.Health()
+	// 70 streamed: 30 past the reservation, charged on the local scope at once.
+	for _, tokens := range []uint64{30, 40} {
+		if err := streaming.AddOutput(tokens); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after, _ := gov.Health(); after.RedisCalls != before.RedisCalls {
+		t.Fatalf("%d Redis calls for add_output", after.RedisCalls-before.RedisCalls)
+	}
+	_, err = gov.TryAcquire(request)
+	if e := mustCode(t, err, llmgov.ErrRateLimited); e.Scope != "openai/key" {
+		t.Fatalf("refused by %q", e.Scope)
+	}
+	e := mustCode(t, streaming.AddOutput(1<<41), llmgov.ErrInvalidRequest)
+	if e.Field != "tokens" {
+		t.Fatalf("bad count %+v", e)
+	}
+	if err := streaming.Settle(llmgov.Usage{InputTokens: 10, OutputTokens: 70}); err != nil {
+		t.Fatal(err)
+	}
+	mustCode(t, streaming.AddOutput(1), llmgov.ErrPermitFinished)
+}

@@ -1762,6 +1762,22 @@ llmgov_result llmgov_redis_permit_settle(struct llmgov_redis_permit *permit,
 llmgov_result llmgov_redis_permit_cancel(struct llmgov_redis_permit *permit);
 
 /**
+ * Reports `tokens` more streamed output (added to a running total): output
+ * beyond the reservation of the route's local scopes is charged there at
+ * once, with no Redis call; the shared scopes reserved `max_output_tokens`
+ * and are charged any more at settle, from the usage. Errors as
+ * `llmgov_redis_permit_settle` (a total above 2^40 is
+ * `LLMGOV_RESULT_INVALID_REQUEST` naming `tokens`).
+ *
+ * # Ownership
+ * As `llmgov_redis_permit_settle`.
+ *
+ * # Safety
+ * As `llmgov_redis_permit_settle`.
+ */
+llmgov_result llmgov_redis_permit_add_output(struct llmgov_redis_permit *permit, uint64_t tokens);
+
+/**
  * Feeds the provider's answer to this permit's request (HTTP status,
  * headers, body) back into the local scopes of its route, as
  * `llmgov_permit_report` does, and writes how it was read to `*out`: a 429

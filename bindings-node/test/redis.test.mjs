@@ -355,6 +355,34 @@ mode = "exact"
   assert.equal(a.health().degraded, false);
 });
 
+test('addOutput charges streamed output on the local scopes at once, with no Redis call', { skip: NO_SERVER }, async () => {
+  const gov = RedisGovernor.fromToml(`
+[scopes."team"]
+limits = [{ dimension = "tokens", amount = 100000, window = "1m" }]
+[scopes."openai/key"]
+limits = [{ dimension = "output_tokens", amount = 100, window = "1m" }]
+[redis]
+prefix = "${freshPrefix('add-output')}"
+expected_processes = 2
+timeout = "${TIMEOUT}"
+[redis.scopes."team"]
+mode = "exact"
+`);
+  const paths = ['team', 'openai/key'];
+  const streaming = await gov.tryAcquire({ paths, inputTokens: 10, maxOutputTokens: 40 });
+  const calls = gov.health().redisCalls;
+  streaming.addOutput(30);
+  streaming.addOutput(40); // 70 streamed: 30 past the reservation, charged at once
+  assert.equal(gov.health().redisCalls, calls);
+  assert.equal(streaming.charged.outputTokens, 70);
+  await assert.rejects(gov.tryAcquire({ paths, inputTokens: 10, maxOutputTokens: 40 }),
+    (e) => e instanceof RateLimitedError && e.scope === 'openai/key');
+  assert.throws(() => streaming.addOutput(-1), (e) => e instanceof InvalidRequestError && e.field === 'tokens');
+  await streaming.settle(); // as estimated: the 70 streamed
+  assert.equal(streaming.charged.outputTokens, 70);
+  assert.throws(() => streaming.addOutput(1), (e) => e instanceof AlreadyReconciledError);
+});
+
 test('failures reported on one RedisGovernor open a breaker that holds a shared provider scope for the other', { skip: NO_SERVER }, async () => {
   const config = `
 [adaptive.breaker]

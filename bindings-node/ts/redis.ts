@@ -234,6 +234,8 @@ export class RedisPermit {
   readonly #native: NativeRedisPermit;
   #state: RedisPermitState = 'pending';
   #charged: RedisCharge;
+  /** Output reported by {@link addOutput}. */
+  #streamed = 0;
 
   /** @internal Made by {@link RedisGovernor.tryAcquire} and {@link RedisGovernor.acquire}. */
   constructor(permit: NativeRedisPermit) {
@@ -246,7 +248,7 @@ export class RedisPermit {
     return this.#state;
   }
 
-  /** What it charges: the estimate (`maxOutputTokens` as the output) until reconciled, then the actual usage. */
+  /** What it charges: the estimate (`maxOutputTokens` as the output, or what streamed past it) until reconciled, then the actual usage. */
   get charged(): RedisCharge {
     return { ...this.#charged };
   }
@@ -288,6 +290,19 @@ export class RedisPermit {
     body?: BodyLike,
   ): Classification | Promise<Classification> {
     return reportAnswer((status, flat, text) => this.#native.report(status, flat, text), what, headers, body);
+  }
+
+  /**
+   * Charges `tokens` more streamed output as it arrives, on the route's
+   * local scopes (beyond their reservation only); the shared scopes
+   * reserved `maxOutputTokens`, and are charged any more at settle. No
+   * Redis call. Throws {@link AlreadyReconciledError} once settled or
+   * cancelled (or while that runs).
+   */
+  addOutput(tokens: number): void {
+    this.#native.addOutput(tokens);
+    this.#streamed += tokens;
+    if (this.#streamed > this.#charged.outputTokens) this.#charged = { ...this.#charged, outputTokens: this.#streamed };
   }
 
   /** Gives the whole reservation back: the request was never sent. */

@@ -361,6 +361,43 @@ def test_a_refused_settle_leaves_the_permit_pending_and_charges_nothing(paths: A
     assert estimate.value.field == "input_tokens"
 
 
+def test_add_output_charges_streamed_output_on_the_local_scopes_and_settles_it() -> None:
+    url = redis_url()
+    gov = RedisGovernor.from_toml(
+        f"""
+[scopes."team"]
+limits = [{{ dimension = "tokens", amount = 100000, window = "1m" }}]
+[scopes."openai/key"]
+limits = [{{ dimension = "output_tokens", amount = 100, window = "1m" }}]
+[redis]
+url = "{url}"
+prefix = "{fresh_prefix('add-output')}"
+expected_processes = 2
+timeout = "{TIMEOUT}"
+[redis.scopes."team"]
+mode = "exact"
+""",
+        clock="manual",
+    )
+    paths = ["team", "openai/key"]
+    streaming = gov.try_acquire(paths, input_tokens=10, max_output_tokens=40)
+    calls = gov.health()["redis_calls"]
+    streaming.add_output(30)
+    streaming.add_output(40)  # 70 streamed: 30 past the reservation, charged at once
+    assert gov.health()["redis_calls"] == calls, "no Redis call"
+    assert streaming.charged["output_tokens"] == 70
+    with pytest.raises(llmgov.RateLimited) as refused:
+        gov.try_acquire(paths, input_tokens=10, max_output_tokens=40)
+    assert refused.value.scope == "openai/key"
+    with pytest.raises(llmgov.InvalidRequest) as bad:
+        streaming.add_output(-1)
+    assert (bad.value.field, bad.value.value) == ("tokens", "-1")
+    streaming.settle()  # as estimated: the 70 streamed
+    assert streaming.charged["output_tokens"] == 70
+    with pytest.raises(AlreadyReconciled):
+        streaming.add_output(1)
+
+
 def test_cancel_gives_everything_back_and_never_fits_is_said_at_once() -> None:
     gov = RedisGovernor.from_toml(config(redis_url(), fresh_prefix("cancel")))
     route = gov.route(["tenants/acme", "p/shared"])

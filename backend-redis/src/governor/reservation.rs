@@ -228,6 +228,29 @@ impl Inner {
         Ok(())
     }
 
+    pub(super) fn add_output(&self, permit: &mut SharedPermit, tokens: u64) -> Result<()> {
+        self.check_owner("permit", permit.owner)?;
+        if permit.reconciled {
+            return Err(Error::AlreadyReconciled);
+        }
+        if self.clock.now() >= permit.expires_at {
+            return Err(llmgov::Error::PermitExpired.into());
+        }
+        // Checked here too for a permit with no local part to check it.
+        if tokens > llmgov::MAX_TOKENS {
+            let reason = format!("is more than {} tokens; no request is that large", llmgov::MAX_TOKENS);
+            return Err(llmgov::Error::InvalidRequest { field: "tokens", value: tokens.to_string(), reason }.into());
+        }
+        // Both parts have streamed the same so far: a count the core refuses
+        // (past `MAX_TOKENS`) is refused by the first, before any change.
+        for (governor, part) in [(&self.local, &mut permit.local), (&self.fallback, &mut permit.fallback)] {
+            if let Some(p) = part.as_mut() {
+                governor.add_output(p, tokens)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Charges the shared scopes what the safe share admitted on them
     /// while Redis was away (nothing to do, and no call, when nothing is owed).
     fn repay_outage(&self, shared: &[usize], now: u64) {

@@ -220,6 +220,27 @@ pub unsafe extern "C" fn llmgov_redis_permit_cancel(permit: *mut llmgov_redis_pe
     unsafe { with_permit(permit, |gov, permit| Ok(gov.governor.cancel(permit)?)) }
 }
 
+/// Reports `tokens` more streamed output (added to a running total): output
+/// beyond the reservation of the route's local scopes is charged there at
+/// once, with no Redis call; the shared scopes reserved `max_output_tokens`
+/// and are charged any more at settle, from the usage. Errors as
+/// `llmgov_redis_permit_settle` (a total above 2^40 is
+/// `LLMGOV_RESULT_INVALID_REQUEST` naming `tokens`).
+///
+/// # Ownership
+/// As `llmgov_redis_permit_settle`.
+///
+/// # Safety
+/// As `llmgov_redis_permit_settle`.
+#[no_mangle]
+pub unsafe extern "C" fn llmgov_redis_permit_add_output(
+    permit: *mut llmgov_redis_permit,
+    tokens: u64,
+) -> llmgov_result {
+    // SAFETY: the caller's contract.
+    unsafe { with_permit(permit, |gov, permit| Ok(gov.governor.add_output(permit, tokens)?)) }
+}
+
 /// Feeds the provider's answer to this permit's request (HTTP status,
 /// headers, body) back into the local scopes of its route, as
 /// `llmgov_permit_report` does, and writes how it was read to `*out`: a 429

@@ -1,10 +1,10 @@
 //! `RedisPermit`: a reservation on local and shared scopes, reconciled once
 //! (settled or cancelled) on the thread pool.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, TryLockError};
 
 use llmgov::Usage;
-use llmgov_redis::{FeedbackTarget, SharedPermit};
+use llmgov_redis::{Error as RedisError, FeedbackTarget, SharedPermit};
 use napi::bindgen_prelude::AsyncTask;
 use napi::{Env, Result, Task};
 use napi_derive::napi;
@@ -71,6 +71,21 @@ impl NativeRedisPermit {
     #[napi(catch_unwind, ts_return_type = "Promise<void>")]
     pub fn cancel(&self) -> AsyncTask<Reconcile> {
         self.reconcile(None)
+    }
+
+    /// Charges `tokens` more streamed output on the route's local scopes
+    /// (beyond their reservation only), at once: no Redis call.
+    #[napi(catch_unwind)]
+    pub fn add_output(&self, env: Env, tokens: f64) -> Result<()> {
+        let tokens = count("tokens", tokens).or_throw(&env)?;
+        // Only a task reconciling the permit locks it: it is then settled
+        // or cancelled, and waiting for that task would block the loop.
+        let mut permit = match self.permit.try_lock() {
+            Ok(permit) => permit,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return Err(reject_redis(&env, RedisError::AlreadyReconciled)),
+        };
+        self.gov.get().add_output(&mut permit, tokens).map_err(|e| reject_redis(&env, e))
     }
 
     /// Feeds the provider's answer to this permit's request into the

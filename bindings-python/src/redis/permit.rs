@@ -9,7 +9,7 @@ use pyo3::types::PyDict;
 
 use super::PyRedisGovernor;
 use crate::answer::Answer;
-use crate::args::{count, no_unknown};
+use crate::args::{count, count_of, no_unknown};
 use crate::convert::to_python;
 use crate::errors::{invalid, IntoPyResult};
 use crate::usage;
@@ -28,14 +28,17 @@ pub struct PyRedisPermit {
 
 struct Inner {
     permit: SharedPermit,
-    /// The estimate until reconciled, then what was settled (zero if cancelled).
+    /// The estimate (its output raised to what streamed) until reconciled,
+    /// then what was settled (zero if cancelled).
     charged: Usage,
+    /// Output reported by `add_output`.
+    streamed: u64,
     state: &'static str,
 }
 
 impl PyRedisPermit {
     pub fn new(permit: SharedPermit, estimate: Usage, gov: Py<PyRedisGovernor>) -> Self {
-        PyRedisPermit { inner: Mutex::new(Inner { permit, charged: estimate, state: "pending" }), gov }
+        PyRedisPermit { inner: Mutex::new(Inner { permit, charged: estimate, streamed: 0, state: "pending" }), gov }
     }
 
     /// The state, locked. A thread finding it locked waits with the GIL
@@ -145,6 +148,22 @@ impl PyRedisPermit {
         let classification = gov.report_local(&target, status, &headers, &body).py_err()?;
         py.detach(|| gov.hold_providers(&target, &classification));
         to_python(py, &classification)
+    }
+
+    /// Charges `tokens` more streamed output as it arrives, on the route's
+    /// local scopes (beyond their reservation only); the shared scopes
+    /// reserved `max_output_tokens`, and are charged any more at settle.
+    /// No Redis call.
+    #[pyo3(signature = (tokens, **extra), text_signature = "($self, tokens)")]
+    fn add_output(&self, py: Python<'_>, tokens: &Bound<'_, PyAny>, extra: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+        no_unknown("RedisPermit.add_output", extra)?;
+        let tokens = count_of("tokens", tokens)?;
+        let gov = &self.gov.bind(py).get().gov;
+        let mut inner = self.lock(py);
+        gov.add_output(&mut inner.permit, tokens).py_err()?;
+        inner.streamed += tokens;
+        inner.charged.output_tokens = inner.charged.output_tokens.max(inner.streamed);
+        Ok(())
     }
 
     /// Gives the whole reservation back: the request was never sent.
