@@ -319,6 +319,18 @@ test('a manual clock expires a permit: settling it rejects with PermitExpiredErr
   assert.throws(() => one('expiry-monotonic', [FIVE_A_SECOND]).advance(1), (e) => e instanceof InvalidRequestError && e.field === 'clock');
 });
 
+/** The first refusal of `gov` on `paths` within 50 tries: a hold sent on the pool lands within the calls queued behind it. */
+async function firstRefusal(gov, paths) {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    try {
+      await (await gov.tryAcquire({ paths, inputTokens: 10 })).cancel();
+    } catch (e) {
+      return e;
+    }
+  }
+  return undefined;
+}
+
 test('a 429 reported on one RedisGovernor holds a shared provider scope for the other, off the event loop', { skip: NO_SERVER }, async () => {
   const prefix = freshPrefix('report-shared');
   const config = `
@@ -341,14 +353,7 @@ mode = "exact"
   await permit.cancel();
   // The hold lands within the calls queued behind it: the other governor
   // is then refused for the whole retry-after.
-  let held;
-  for (let attempt = 0; attempt < 50 && held === undefined; attempt++) {
-    try {
-      await (await b.tryAcquire({ paths, inputTokens: 10 })).cancel();
-    } catch (e) {
-      held = e;
-    }
-  }
+  const held = await firstRefusal(b, paths);
   assert.ok(held instanceof RateLimitedError, `b was never held: ${held}`);
   assert.equal(held.scope, 'openai/key');
   assert.ok(held.retryAfterMs >= 29_000, String(held.retryAfterMs));
@@ -406,14 +411,7 @@ mode = "exact"
     await permit.cancel();
   }
   // The second failure opened the breaker; its hold runs on the pool.
-  let held;
-  for (let attempt = 0; attempt < 50 && held === undefined; attempt++) {
-    try {
-      await (await b.tryAcquire({ paths, inputTokens: 10 })).cancel();
-    } catch (e) {
-      held = e;
-    }
-  }
+  const held = await firstRefusal(b, paths);
   assert.ok(held instanceof RateLimitedError, `b was never held: ${held}`);
   assert.equal(held.scope, 'openai/key');
   assert.ok(held.retryAfterMs > 29_000 && held.retryAfterMs <= 31_000, String(held.retryAfterMs));
