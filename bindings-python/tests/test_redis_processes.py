@@ -20,13 +20,16 @@ skipped without it."""
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 PROCESSES = 8
 EXACT_LIMIT = 300
@@ -50,6 +53,10 @@ SLOT_TTL_S = 2
 # loaded machine is not taken for an outage (which would send the governor to
 # its safe share and break the exact counts).
 TIMEOUT = "2s"
+# How long the test waits for a worker's next line before it takes the
+# worker for hung: it dumps the worker's (and a forked child's) Python
+# tracebacks, kills them and fails, instead of blocking the run.
+WORKER_SILENCE_S = 60
 
 
 def config(url: str, prefix: str, role: str) -> str:
@@ -138,6 +145,9 @@ def worker(role: str) -> None:
     on stdin, then runs its role and prints what it admitted."""
     from llmgov.redis import RedisGovernor
 
+    # SIGUSR1 (sent by the test to a hung worker) dumps every thread's
+    # traceback to stderr; a forked child inherits it, with its stderr file.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     gov = RedisGovernor.from_toml(config(os.environ["LLMGOV_REDIS_URL"], os.environ["PREFIX"], role))
     print("ready", flush=True)
     sys.stdin.readline()
@@ -191,13 +201,52 @@ def spawn(role: str, url: str, prefix: str) -> subprocess.Popen:  # type: ignore
         stdout=subprocess.PIPE,
         env=env,
         text=True,
+        start_new_session=True,  # its own process group, with any child it forks
     )
-    assert process.stdout is not None
-    line = process.stdout.readline().strip()
+    line = (next_line(process) or "").strip()
     if line != "ready":
         process.kill()
         pytest.fail(f"worker {role} did not start: {line!r}")
     return process
+
+
+def next_line(process: subprocess.Popen) -> Optional[str]:  # type: ignore[type-arg]
+    """The worker's next line on stdout (None once it is closed), read by a
+    thread so that the wait has a deadline: a worker silent for
+    WORKER_SILENCE_S is hung, and `fail_hung` ends it."""
+    lines: "Optional[queue.Queue[Optional[str]]]" = getattr(process, "lines", None)
+    if lines is None:
+        lines = queue.Queue()
+        assert process.stdout is not None
+        stdout = process.stdout
+
+        def pump() -> None:
+            for line in stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        setattr(process, "lines", lines)
+    try:
+        return lines.get(timeout=WORKER_SILENCE_S)
+    except queue.Empty:
+        fail_hung(process)
+        raise
+
+
+def fail_hung(process: subprocess.Popen) -> None:  # type: ignore[type-arg]
+    """Dumps the tracebacks of the worker's process group (the worker's on
+    this test's stderr, a forked child's in its stderr file), kills the
+    group and fails the test with what the child wrote."""
+    os.killpg(process.pid, signal.SIGUSR1)
+    try:
+        process.wait(timeout=2)  # time to write the tracebacks; it will not exit
+    except subprocess.TimeoutExpired:
+        pass
+    os.killpg(process.pid, signal.SIGKILL)
+    child_stderr = getattr(process, "child_stderr", None)
+    child = Path(child_stderr).read_text() if child_stderr and Path(child_stderr).exists() else ""
+    pytest.fail(f"worker printed nothing for {WORKER_SILENCE_S} s; its tracebacks are on stderr, its child's:\n{child}")
 
 
 def release(workers: List[subprocess.Popen]) -> None:  # type: ignore[type-arg]
@@ -209,8 +258,7 @@ def release(workers: List[subprocess.Popen]) -> None:  # type: ignore[type-arg]
 
 
 def value(process: subprocess.Popen, key: str) -> str:  # type: ignore[type-arg]
-    assert process.stdout is not None
-    for line in process.stdout:
+    for line in iter(lambda: next_line(process), None):
         if line.startswith(f"{key}="):
             return line.split()[0].split("=", 1)[1]
     process.wait(timeout=30)
@@ -302,16 +350,17 @@ def test_a_killed_python_process_gives_its_concurrency_slots_back_within_the_ttl
 def spawn_forking(role: str, url: str, prefix: str, stderr: Path) -> subprocess.Popen:  # type: ignore[type-arg]
     os.environ["CHILD_STDERR"] = str(stderr)
     try:
-        return spawn(role, url, prefix)
+        process = spawn(role, url, prefix)
     finally:
         del os.environ["CHILD_STDERR"]
+    setattr(process, "child_stderr", str(stderr))
+    return process
 
 
 def values(process: subprocess.Popen, keys: List[str]) -> Dict[str, str]:  # type: ignore[type-arg]
     """Reads lines until every `key=` was printed, in whatever order."""
-    assert process.stdout is not None
     found: Dict[str, str] = {}
-    for line in process.stdout:
+    for line in iter(lambda: next_line(process), None):
         key, _, rest = line.strip().partition("=")
         if key in keys:
             found[key] = rest
