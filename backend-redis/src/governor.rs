@@ -14,7 +14,8 @@ use crate::health::{Health, HealthState};
 use crate::heartbeat::Heartbeat;
 use crate::lease::LocalLease;
 use crate::outage::OutageDebt;
-use crate::settings::{redact, RedisConfig, Settings};
+use crate::server::Server;
+use crate::settings::{RedisConfig, Settings};
 use crate::shared::{self, Charge, SharedScope};
 use crate::store::Store;
 
@@ -193,7 +194,7 @@ impl RedisGovernor {
                 .as_nanos() as u64,
             None => DEFAULT_PERMIT_TTL.as_nanos() as u64,
         };
-        let store = Store::new(client(&settings)?, settings.timeout, clock.clone());
+        let store = Store::new(Server::open(&settings)?, settings.timeout, clock.clone());
         let inner = Arc::new(Inner {
             owner: rand::random(),
             catalog,
@@ -349,29 +350,6 @@ fn section_error(e: serde_path_to_error::Error<serde_json::Error>) -> Error {
     }
     let value = if reason.starts_with("invalid type: string") { quoted('"') } else { quoted('`') };
     Error::config(at, value, reason)
-}
-
-/// The Redis client: plain, or TLS with the configured CA.
-fn client(settings: &Settings) -> Result<redis::Client> {
-    let url_error = |e: redis::RedisError| Error::config("redis.url", redact(&settings.url), e.to_string());
-    #[cfg(feature = "tls")]
-    if let Some(path) = &settings.tls_ca_file {
-        let root_cert = std::fs::read(path).map_err(|e| Error::config("redis.tls_ca_file", path, e.to_string()))?;
-        // A file with no certificate (DER, a key, the wrong file) would trust
-        // nothing: every connection refused, the process on its safe share for good.
-        use rustls::pki_types::{pem::PemObject, CertificateDer};
-        let certificates = CertificateDer::pem_slice_iter(&root_cert).collect::<Result<Vec<_>, _>>();
-        if !certificates.is_ok_and(|found| !found.is_empty()) {
-            return Err(Error::config(
-                "redis.tls_ca_file",
-                path,
-                "holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
-            ));
-        }
-        let certificates = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) };
-        return redis::Client::build_with_tls(settings.url.as_str(), certificates).map_err(url_error);
-    }
-    redis::Client::open(settings.url.as_str()).map_err(url_error)
 }
 
 impl Inner {

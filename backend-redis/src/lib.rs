@@ -69,6 +69,7 @@ mod heartbeat;
 mod lease;
 mod leased;
 mod outage;
+mod server;
 pub mod settings;
 mod shared;
 mod store;

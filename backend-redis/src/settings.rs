@@ -4,6 +4,7 @@
 //! ```toml
 //! [redis]
 //! url = "redis://127.0.0.1:6379"   # rediss:// for TLS (feature `tls`); redis://:password@host for AUTH
+//! cluster = false                  # true: url is any node of a Redis Cluster
 //! prefix = "prod-eu"               # one namespace per deployment
 //! expected_processes = 8           # the safe share is each limit ÷ this
 //! slot_ttl = "10s"                 # a crashed worker's concurrency slots come back after this
@@ -54,6 +55,10 @@ pub struct RedisConfig {
     /// Left out, it is read from `LLMGOV_REDIS_URL` when the governor is built.
     #[serde(default)]
     pub url: Option<String>,
+    /// Whether `url` names one node of a Redis Cluster (the client learns
+    /// the others from it) rather than the one server. Default false.
+    #[serde(default)]
+    pub cluster: bool,
     /// Namespace of every key, one per deployment: `{llmgov:<prefix>:<scope>}`.
     pub prefix: String,
     /// How many processes share the limits: a process that cannot reach
@@ -85,6 +90,8 @@ pub struct RedisConfig {
 pub struct Settings {
     /// Connection URL.
     pub url: String,
+    /// Whether `url` is a node of a Redis Cluster.
+    pub cluster: bool,
     /// Key namespace.
     pub prefix: String,
     /// The divisor of the safe share.
@@ -107,6 +114,13 @@ impl Settings {
     /// Validates the section; `url_fallback` stands in for a missing `url`.
     pub fn compile(raw: RedisConfig, url_fallback: Option<String>) -> Result<Self> {
         let url = checked_url(raw.url.or(url_fallback), raw.tls_ca_file.as_deref())?;
+        if raw.cluster && url.starts_with("unix://") {
+            return Err(Error::config(
+                "redis.url",
+                redact(&url),
+                "a Redis Cluster is reached over TCP: redis:// or rediss://",
+            ));
+        }
         let prefix_ok = !raw.prefix.is_empty()
             && raw.prefix.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
         if !prefix_ok {
@@ -134,6 +148,7 @@ impl Settings {
         let millis = Duration::from_millis(1);
         Ok(Settings {
             url,
+            cluster: raw.cluster,
             prefix: raw.prefix,
             expected_processes: raw.expected_processes,
             slot_ttl: ttl("redis.slot_ttl", raw.slot_ttl.as_deref(), Duration::from_secs(10))?,

@@ -8,8 +8,9 @@ use std::time::Duration;
 use llmgov::Clock;
 
 use parking_lot::Mutex;
-use redis::{Client, Connection, RedisResult, Script, Value};
+use redis::{ConnectionLike, ErrorKind, RedisResult, Script, ServerErrorKind, Value};
 
+use crate::server::{Link, Server};
 use crate::shared::{Kind, SharedScope};
 
 /// Connections kept idle for reuse; more are opened under load.
@@ -18,6 +19,9 @@ const MAX_IDLE: usize = 16;
 /// proxies close idle connections (Redis's `timeout`, a load balancer's
 /// idle limit), and a settle sent on one is not run again whole.
 const IDLE_LIMIT_NS: u64 = 30_000_000_000;
+/// How often one call follows a Cluster's `MOVED` to a fresh slot map: a
+/// slot may move again while the map is read.
+const MAX_REDIRECTS: usize = 3;
 
 /// What the acquire script answered.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,13 +91,13 @@ pub(crate) struct LeaseGrant {
 }
 
 pub(crate) struct Store {
-    client: Client,
+    server: Server,
     calls: AtomicU64,
     timeout: Duration,
     /// The governor's clock, to age idle connections.
     clock: Arc<dyn Clock>,
     /// Idle connections, each with when it was last used.
-    idle: Mutex<Vec<(Connection, u64)>>,
+    idle: Mutex<Vec<(Link, u64)>>,
     acquire: Script,
     settle: Script,
     heartbeat: Script,
@@ -102,9 +106,9 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    pub fn new(client: Client, timeout: Duration, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(server: Server, timeout: Duration, clock: Arc<dyn Clock>) -> Self {
         Store {
-            client,
+            server,
             timeout,
             clock,
             idle: Mutex::new(Vec::new()),
@@ -125,50 +129,61 @@ impl Store {
     /// The closed connection may have delivered the call first (its reply
     /// lost), so `again` must be safe to run after it: the call itself if
     /// running it twice only reserves twice or changes nothing more, or the
-    /// call without its refunds.
+    /// call without its refunds. A Cluster node's `MOVED` (the slot has
+    /// moved since the pool's slot map was read) ran nothing: the call runs
+    /// again on a new connection, which reads the map afresh.
     fn with<T>(
         &self,
-        call: &dyn Fn(&mut Connection) -> RedisResult<T>,
-        again: &dyn Fn(&mut Connection) -> RedisResult<T>,
+        call: &dyn Fn(&mut dyn ConnectionLike) -> RedisResult<T>,
+        again: &dyn Fn(&mut dyn ConnectionLike) -> RedisResult<T>,
     ) -> RedisResult<T> {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        let now = self.clock.now();
-        let pooled = {
-            let mut idle = self.idle.lock();
-            match idle.pop() {
-                Some((c, used)) if now.saturating_sub(used) <= IDLE_LIMIT_NS => Some(c),
-                // The newest is too old, so are the others.
-                _ => {
-                    idle.clear();
-                    None
-                }
-            }
+        let mut link = match self.pooled() {
+            Some(link) => link,
+            None => self.server.connect(self.timeout)?,
         };
-        let mut connection = match pooled {
-            Some(c) => c,
-            None => self.connect()?,
-        };
-        let mut result = call(&mut connection);
+        let mut result = call(link.as_connection());
+        // What a redirect runs: once `again` has run, the call may have
+        // been delivered, so never the whole call.
+        let mut redirected = call;
         if result.as_ref().is_err_and(|e| e.is_connection_dropped()) {
             self.drop_idle();
             self.calls.fetch_add(1, Ordering::Relaxed);
-            connection = self.connect()?;
-            result = again(&mut connection);
+            link = self.server.connect(self.timeout)?;
+            result = again(link.as_connection());
+            redirected = again;
+        }
+        for _ in 0..MAX_REDIRECTS {
+            if !result.as_ref().is_err_and(|e| e.kind() == ErrorKind::Server(ServerErrorKind::Moved)) {
+                break;
+            }
+            // The pooled links hold the same stale map.
+            self.drop_idle();
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            link = self.server.connect(self.timeout)?;
+            result = redirected(link.as_connection());
         }
         if result.is_ok() {
             let mut idle = self.idle.lock();
             if idle.len() < MAX_IDLE {
-                idle.push((connection, self.clock.now()));
+                idle.push((link, self.clock.now()));
             }
         }
         result
     }
 
-    fn connect(&self) -> RedisResult<Connection> {
-        let connection = self.client.get_connection_with_timeout(self.timeout)?;
-        connection.set_read_timeout(Some(self.timeout))?;
-        connection.set_write_timeout(Some(self.timeout))?;
-        Ok(connection)
+    /// The most recently used idle connection, unless it is past
+    /// [`IDLE_LIMIT_NS`] (then the older ones are too, and all are closed).
+    fn pooled(&self) -> Option<Link> {
+        let now = self.clock.now();
+        let mut idle = self.idle.lock();
+        match idle.pop() {
+            Some((link, used)) if now.saturating_sub(used) <= IDLE_LIMIT_NS => Some(link),
+            _ => {
+                idle.clear();
+                None
+            }
+        }
     }
 
     /// Redis calls made so far (one script each).
@@ -184,8 +199,8 @@ impl Store {
     /// In a forked child: the pooled sockets are the parent's too. They are
     /// leaked, not closed, so nothing (a TLS goodbye) is written to them.
     pub fn leave_idle_to_parent(&self) {
-        for (connection, _) in self.idle.lock().drain(..) {
-            std::mem::forget(connection);
+        for (link, _) in self.idle.lock().drain(..) {
+            std::mem::forget(link);
         }
     }
 
@@ -206,7 +221,7 @@ impl Store {
             call.arg(*cost);
         }
         // Run twice, it reserves twice: capacity lost until it refills, never given away.
-        let run = |c: &mut Connection| call.invoke::<Vec<Value>>(c);
+        let run = |c: &mut dyn ConnectionLike| call.invoke::<Vec<Value>>(c);
         parse_admission(&self.with(&run, &run)?)
     }
 
@@ -241,7 +256,7 @@ impl Store {
             call.arg(slot).arg(epoch);
         }
         // Run twice, it refreshes twice: no harm.
-        let run = |c: &mut Connection| call.invoke::<String>(c);
+        let run = |c: &mut dyn ConnectionLike| call.invoke::<String>(c);
         self.with(&run, &run)
     }
 }
@@ -258,7 +273,7 @@ impl Store {
             call.arg(&limit.field).arg(interval_us).arg(burst).arg(hold_us);
         }
         // Run twice, it holds until the later of the two ends: no harm.
-        let run = |c: &mut Connection| call.invoke::<i64>(c);
+        let run = |c: &mut dyn ConnectionLike| call.invoke::<i64>(c);
         self.with(&run, &run).map(drop)
     }
 
@@ -280,7 +295,7 @@ impl Store {
             call.arg(&limit.field).arg(interval_us).arg(burst).arg(*give).arg(*want).arg(*cost);
         }
         // Run twice, the lease's token keeps it from refunding twice.
-        let run = |c: &mut Connection| call.invoke::<Vec<Value>>(c);
+        let run = |c: &mut dyn ConnectionLike| call.invoke::<Vec<Value>>(c);
         let reply = self.with(&run, &run)?;
         let epoch: String = redis::from_redis_value_ref(field(&reply, 0)?)?;
         let reset: i64 = redis::from_redis_value_ref(field(&reply, 1)?)?;

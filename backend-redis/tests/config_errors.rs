@@ -78,3 +78,19 @@ fn toml_errors_name_the_text_as_the_core_does() {
     assert_eq!(field, "<toml>");
     assert_eq!(value, "@", "the text at fault");
 }
+
+/// A Cluster is reached over TCP, has only database 0, and `cluster` is a
+/// boolean: each named with the value as written.
+#[test]
+fn cluster_settings_name_the_field_and_value() {
+    let cases = [
+        ("url = \"unix:///run/redis.sock\"\ncluster = true", "redis.url", "unix:///run/redis.sock", "over TCP"),
+        ("url = \"redis://127.0.0.1:1/3\"\ncluster = true", "redis.url", "redis://127.0.0.1:1/3", "database"),
+        ("url = \"redis://127.0.0.1:1\"\ncluster = \"yes\"", "redis.cluster", "yes", "boolean"),
+    ];
+    for (redis, field, value, says) in cases {
+        let (named, shown, reason) = refused(&format!("{redis}\nprefix = \"p\"\nexpected_processes = 2"));
+        assert_eq!((named.as_str(), shown.as_str()), (field, value), "{reason}");
+        assert!(reason.contains(says), "{redis}: {reason}");
+    }
+}

@@ -9,9 +9,10 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
+use common::cluster::{cluster_config, PrivateCluster};
 use common::{fresh_prefix, Listen, PrivateRedis, TIMEOUT};
 use llmgov::Usage;
-use llmgov_redis::RedisGovernor;
+use llmgov_redis::{RedisGovernor, SharedRoute};
 
 fn openssl(dir: &Path, args: &[&str]) -> bool {
     match Command::new("openssl").args(args).current_dir(dir).output() {
@@ -68,9 +69,8 @@ fn rediss_with_a_private_ca_admits_through_tls() {
     if !certificates(&dir) {
         return;
     }
-    let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
-    let (cert, key, ca) = (file("server.crt"), file("server.key"), file("ca.crt"));
-    let tls = ["--tls-cert-file", &cert, "--tls-key-file", &key, "--tls-ca-cert-file", &ca, "--tls-auth-clients", "no"];
+    let (tls, ca) = server_tls(&dir);
+    let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
     let Some(redis) = PrivateRedis::start("tls", Listen::TlsOnly, &tls) else { return };
     let port = redis.port;
     let gov = RedisGovernor::from_toml(&format!(
@@ -89,15 +89,67 @@ fn rediss_with_a_private_ca_admits_through_tls() {
         fresh_prefix("tls")
     ))
     .unwrap();
-    let route = gov.route(&["p/shared"]).unwrap();
+    five_then_refused(&gov, &gov.route(&["p/shared"]).unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The server's TLS arguments (its certificate and key, no client
+/// certificates asked) and the CA's path.
+fn server_tls(dir: &Path) -> (Vec<String>, String) {
+    let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    let ca = file("ca.crt");
+    let args = ["--tls-cert-file", &file("server.crt"), "--tls-key-file", &file("server.key")]
+        .into_iter()
+        .chain(["--tls-ca-cert-file", &ca, "--tls-auth-clients", "no"])
+        .map(str::to_owned)
+        .collect();
+    (args, ca)
+}
+
+/// Five requests of a limit of 5 admitted through Redis, the sixth refused
+/// by it, and no Redis error.
+fn five_then_refused(gov: &RedisGovernor, route: &SharedRoute) {
     for _ in 0..5 {
-        let mut permit = gov.try_acquire(&route, Usage::new(1, 1)).unwrap();
+        let mut permit = gov.try_acquire(route, Usage::new(1, 1)).unwrap();
         assert!(!permit.from_fallback(), "{:?}", gov.health());
         gov.settle(&mut permit, Usage::new(1, 1)).unwrap();
     }
-    assert!(gov.try_acquire(&route, Usage::new(1, 1)).is_err(), "the sixth is refused by Redis");
+    assert!(gov.try_acquire(route, Usage::new(1, 1)).is_err(), "the sixth is refused by Redis");
     let health = gov.health();
     assert!(!health.degraded && health.redis_errors == 0, "{health:?}");
+}
+
+/// A Cluster whose nodes serve TLS only, to clients and to each other:
+/// `cluster = true` with a `rediss://` url and the private CA.
+#[test]
+fn a_cluster_over_tls_admits_on_the_node_of_each_scope() {
+    let dir = std::env::temp_dir().join(fresh_prefix("tls-cluster"));
+    if !certificates(&dir) {
+        return;
+    }
+    let (mut tls, ca) = server_tls(&dir);
+    tls.extend(["--tls-cluster".to_owned(), "yes".to_owned()]);
+    let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
+    let root_cert = std::fs::read(&ca).unwrap();
+    let client = move |port: u16| {
+        let certificates = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert.clone()) };
+        redis::Client::build_with_tls(format!("rediss://127.0.0.1:{port}"), certificates).unwrap()
+    };
+    let Some(cluster) = PrivateCluster::start("tls-cluster", Listen::TlsOnly, &tls, client) else { return };
+    let prefix = fresh_prefix("tls-cluster");
+    let paths = cluster.one_scope_per_node(&prefix);
+    let url = format!("rediss://127.0.0.1:{}", cluster.nodes[0].port);
+    let gov = RedisGovernor::from_toml(&cluster_config(
+        &url,
+        &prefix,
+        "exact",
+        &paths,
+        5,
+        &format!("tls_ca_file = \"{ca}\""),
+    ))
+    .unwrap();
+    five_then_refused(&gov, &gov.route(&paths).unwrap());
+    drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod cluster;
+
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::{Child, ChildStdout, Command, Stdio};

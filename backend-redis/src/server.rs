@@ -1,0 +1,113 @@
+//! Where Redis is: one server, or a Redis Cluster reached through any of
+//! its nodes; and a connection to either.
+
+use std::time::Duration;
+
+use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
+use redis::{Client, Connection, ConnectionLike, IntoConnectionInfo, RedisResult};
+
+use crate::errors::{Error, Result};
+use crate::settings::{redact, Settings};
+
+/// The Redis the governor talks to.
+pub(crate) enum Server {
+    Single(Client),
+    /// Every call goes to the node serving its scope's hash slot.
+    Cluster(ClusterClient),
+}
+
+/// One connection: to the one server, or to every node of the Cluster.
+pub(crate) enum Link {
+    Single(Connection),
+    /// Boxed: it is four times a `Connection`, and the pool moves links.
+    Cluster(Box<ClusterConnection>),
+}
+
+impl Server {
+    /// The client for the settings' url: plain, or TLS with the configured CA.
+    pub fn open(settings: &Settings) -> Result<Server> {
+        let url_error = |e: redis::RedisError| Error::config("redis.url", redact(&settings.url), e.to_string());
+        let url = settings.url.as_str();
+        if settings.cluster {
+            // A Cluster serves database 0 only: each node would refuse the
+            // SELECT, and the process would stay on its safe share.
+            let info = url.into_connection_info().map_err(url_error)?;
+            if info.redis_settings().db() != 0 {
+                return Err(Error::config("redis.url", redact(url), "a Redis Cluster has database 0 only"));
+            }
+            // No retries inside the client: it would send a call again after
+            // a timeout or a dropped connection, and a settle run twice
+            // refunds twice. `Store::with` retries what is safe to retry.
+            let builder = ClusterClientBuilder::new([url]).retries(0);
+            let builder = match root_certificate(settings)? {
+                #[cfg(feature = "tls")]
+                Some(root_cert) => {
+                    builder.certs(redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) })
+                }
+                _ => builder,
+            };
+            return builder.build().map(Server::Cluster).map_err(url_error);
+        }
+        match root_certificate(settings)? {
+            #[cfg(feature = "tls")]
+            Some(root_cert) => {
+                let certificates = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) };
+                Client::build_with_tls(url, certificates).map(Server::Single).map_err(url_error)
+            }
+            _ => Client::open(url).map(Server::Single).map_err(url_error),
+        }
+    }
+
+    /// A new connection whose connect, reads and writes each give up after
+    /// `timeout`. A Cluster connection learns which node serves which slot
+    /// as it connects.
+    pub fn connect(&self, timeout: Duration) -> RedisResult<Link> {
+        match self {
+            Server::Single(client) => {
+                let connection = client.get_connection_with_timeout(timeout)?;
+                connection.set_read_timeout(Some(timeout))?;
+                connection.set_write_timeout(Some(timeout))?;
+                Ok(Link::Single(connection))
+            }
+            Server::Cluster(client) => {
+                let config =
+                    redis::cluster::ClusterConfig::new().set_connection_timeout(timeout).set_response_timeout(timeout);
+                let connection = client.get_connection_with_config(config)?;
+                connection.set_read_timeout(Some(timeout))?;
+                connection.set_write_timeout(Some(timeout))?;
+                Ok(Link::Cluster(Box::new(connection)))
+            }
+        }
+    }
+}
+
+impl Link {
+    /// What the scripts run on.
+    pub fn as_connection(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Link::Single(connection) => connection,
+            Link::Cluster(connection) => &mut **connection,
+        }
+    }
+}
+
+/// The PEM of `redis.tls_ca_file`, checked to hold a certificate, if set.
+fn root_certificate(settings: &Settings) -> Result<Option<Vec<u8>>> {
+    let Some(path) = &settings.tls_ca_file else { return Ok(None) };
+    let root_cert = std::fs::read(path).map_err(|e| Error::config("redis.tls_ca_file", path, e.to_string()))?;
+    // A file with no certificate (DER, a key, the wrong file) would trust
+    // nothing: every connection refused, the process on its safe share for good.
+    #[cfg(feature = "tls")]
+    {
+        use rustls::pki_types::{pem::PemObject, CertificateDer};
+        let certificates = CertificateDer::pem_slice_iter(&root_cert).collect::<std::result::Result<Vec<_>, _>>();
+        if !certificates.is_ok_and(|found| !found.is_empty()) {
+            return Err(Error::config(
+                "redis.tls_ca_file",
+                path,
+                "holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+            ));
+        }
+    }
+    Ok(Some(root_cert))
+}
