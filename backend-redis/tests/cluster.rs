@@ -1,13 +1,17 @@
 //! A Redis Cluster of three private masters (`cluster = true`): shared
 //! scopes whose hash slots live on different nodes are each charged on
 //! their own node, exactly, in both modes; and a slot moved to another node
-//! while the governor runs is followed (`MOVED`), with its state.
+//! while the governor runs is followed (`MOVED`), with its state; while it
+//! is being moved, the process is on its safe share.
 
 mod common;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use common::cluster::{cluster_config, PrivateCluster};
 use common::{fresh_prefix, Listen};
-use llmgov::Usage;
+use llmgov::{ManualClock, Usage};
 use llmgov_redis::{Error, RedisGovernor};
 use redis::Commands;
 
@@ -59,24 +63,47 @@ fn leased_mode_charges_scopes_on_three_nodes_within_the_limit() {
     assert!((1..=5).contains(&admitted), "leased mode admits within the limit: {admitted}");
 }
 
-/// Moves `slot` from node `from` to node `to` with its keys, as
-/// `redis-cli --cluster reshard` does.
-fn move_slot(cluster: &PrivateCluster, slot: u16, from: usize, to: usize) {
-    let id = |i: usize| -> String { redis::cmd("CLUSTER").arg("MYID").query(&mut cluster.connect(i)).unwrap() };
-    let (source_id, target_id) = (id(from), id(to));
-    let (mut source, mut target) = (cluster.connect(from), cluster.connect(to));
-    let setslot = |c: &mut redis::Connection, state: &str, node: &str| {
-        let () = redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg(state).arg(node).query(c).unwrap();
-    };
-    setslot(&mut target, "IMPORTING", &source_id);
-    setslot(&mut source, "MIGRATING", &target_id);
-    let keys: Vec<String> = redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(100).query(&mut source).unwrap();
-    assert!(!keys.is_empty(), "the scope's state is on node {from}");
-    let mut migrate = redis::cmd("MIGRATE");
-    migrate.arg("127.0.0.1").arg(cluster.nodes[to].port).arg("").arg(0).arg(5000).arg("KEYS").arg(&keys);
-    let () = migrate.query(&mut source).unwrap();
-    for i in 0..cluster.nodes.len() {
-        setslot(&mut cluster.connect(i), "NODE", &target_id);
+/// A slot's move from node `from` to node `to`, in the steps
+/// `redis-cli --cluster reshard` takes.
+struct SlotMove<'a> {
+    cluster: &'a PrivateCluster,
+    slot: u16,
+    from: usize,
+    to: usize,
+}
+
+impl SlotMove<'_> {
+    fn id(&self, i: usize) -> String {
+        redis::cmd("CLUSTER").arg("MYID").query(&mut self.cluster.connect(i)).unwrap()
+    }
+
+    fn set_slot(&self, node: usize, state: &str, id: &str) {
+        let mut set = redis::cmd("CLUSTER");
+        set.arg("SETSLOT").arg(self.slot).arg(state).arg(id);
+        let () = set.query(&mut self.cluster.connect(node)).unwrap();
+    }
+
+    /// Marks the slot importing on `to` and migrating on `from`: its keys
+    /// are still on `from`.
+    fn open(&self) {
+        self.set_slot(self.to, "IMPORTING", &self.id(self.from));
+        self.set_slot(self.from, "MIGRATING", &self.id(self.to));
+    }
+
+    /// Moves the keys (MIGRATE) and gives the slot to `to` on every node.
+    fn finish(&self) {
+        let mut source = self.cluster.connect(self.from);
+        let mut keys = redis::cmd("CLUSTER");
+        keys.arg("GETKEYSINSLOT").arg(self.slot).arg(100);
+        let keys: Vec<String> = keys.query(&mut source).unwrap();
+        assert!(!keys.is_empty(), "the scope's state is on node {}", self.from);
+        let mut migrate = redis::cmd("MIGRATE");
+        migrate.arg("127.0.0.1").arg(self.cluster.nodes[self.to].port).arg("").arg(0).arg(5000).arg("KEYS").arg(&keys);
+        let () = migrate.query(&mut source).unwrap();
+        let target = self.id(self.to);
+        for i in 0..self.cluster.nodes.len() {
+            self.set_slot(i, "NODE", &target);
+        }
     }
 }
 
@@ -93,7 +120,9 @@ fn a_slot_moved_to_another_node_is_followed_with_its_state() {
     let held: Vec<_> = (0..2).map(|_| governor.try_acquire(&route, Usage::new(1, 1)).unwrap()).collect();
 
     let from = cluster.first_owner(slot);
-    move_slot(&cluster, slot, from, (from + 1) % 3);
+    let slot_move = SlotMove { cluster: &cluster, slot, from, to: (from + 1) % 3 };
+    slot_move.open();
+    slot_move.finish();
 
     // The governor's connections still send the slot to `from`, which
     // answers MOVED: the call goes again to the new owner, on the state
@@ -108,4 +137,47 @@ fn a_slot_moved_to_another_node_is_followed_with_its_state() {
     assert!(!health.degraded, "{health:?}");
     assert_eq!((health.redis_errors, health.state_resets), (0, 0), "{health:?}");
     drop(held);
+}
+
+/// While a slot is being migrated, its node answers a call on a scope of
+/// which it holds some keys (the state, not the slots) TRYAGAIN (and ASK
+/// once it holds none): neither is followed, so the process is on its safe
+/// share until `retry_interval` after the slot has landed, and the
+/// admissions of that outage are charged to the moved state.
+#[test]
+fn a_slot_mid_migration_is_the_safe_share_until_it_has_moved() {
+    let test = "cluster-migrating";
+    let Some(cluster) = start(test) else { return };
+    let prefix = fresh_prefix(test);
+    let path = "team-migrating".to_owned();
+    let slot = cluster.slot_of(&prefix, &path);
+    let text = cluster_config(&cluster.nodes[0].url(), &prefix, "exact", std::slice::from_ref(&path), 8, "");
+    let clock = Arc::new(ManualClock::new(0));
+    let governor = RedisGovernor::from_toml_with_clock(&text, clock.clone()).unwrap();
+    let route = governor.route(&[&path]).unwrap();
+    let acquire = || governor.try_acquire(&route, Usage::new(1, 1));
+    let mut held: Vec<_> = (0..2).map(|_| acquire().unwrap()).collect();
+    assert!(held.iter().all(|permit| !permit.from_fallback()));
+
+    let from = cluster.first_owner(slot);
+    let slot_move = SlotMove { cluster: &cluster, slot, from, to: (from + 1) % 3 };
+    slot_move.open();
+    held.push(acquire().unwrap());
+    assert!(held[2].from_fallback(), "admitted from the safe share");
+    let health = governor.health();
+    let error = health.last_error.clone().unwrap_or_default();
+    assert!(health.degraded && error.starts_with("TryAgain"), "{health:?}");
+
+    slot_move.finish();
+    clock.advance(Duration::from_secs(1));
+    // 2 + the outage's 1 of 8 taken: 5 more, through Redis on node `to`.
+    let mut through_redis = 0;
+    while let Ok(permit) = acquire() {
+        assert!(!permit.from_fallback(), "{:?}", governor.health());
+        through_redis += 1;
+        held.push(permit);
+    }
+    assert_eq!(through_redis, 5);
+    let health = governor.health();
+    assert!(!health.degraded && health.state_resets == 0, "{health:?}");
 }
