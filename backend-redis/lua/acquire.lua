@@ -1,6 +1,7 @@
 -- Exact mode: reserve every limit of one shared scope, all or nothing.
 -- KEYS[1] state hash (GCRA theoretical arrival times, epoch)
--- KEYS[2] concurrency slots (sorted set: slot id -> expiry, microseconds)
+-- KEYS[2] concurrency slots (sorted set: slot id -> expiry, microseconds), named only
+--         where the scope has a concurrency limit
 -- ARGV[1] epoch this process saw last ("" if none)   ARGV[2] fresh epoch to write if state is missing
 -- ARGV[3] safe share fraction (0, 1]                   ARGV[4] slot id   ARGV[5] slot TTL (us)
 -- then per limit, 5 values: kind ("g" rate, "c" concurrency), field, a, b, cost

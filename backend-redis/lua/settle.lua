@@ -1,5 +1,5 @@
 -- Exact mode: reconcile one shared scope's reservation with actual usage.
--- KEYS[1] state hash   KEYS[2] concurrency slots
+-- KEYS[1] state hash   KEYS[2] concurrency slots (named only where the scope has concurrency)
 -- ARGV[1] epoch the reservation was made under   ARGV[2] slot id ("" if none)
 -- then per rate limit, 3 values: its field in the state hash, microseconds per unit, delta (actual - reserved units)
 -- A refund (negative delta) gives capacity back, never past a full bucket; a

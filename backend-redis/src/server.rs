@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
-use redis::{Client, Connection, ConnectionLike, IntoConnectionInfo, RedisResult};
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Client, Cmd, Connection, ConnectionLike, ErrorKind, IntoConnectionInfo, RedisResult, Value};
 
 use crate::errors::{Error, Result};
 use crate::settings::{redact, Settings};
@@ -88,6 +89,54 @@ impl Link {
             Link::Single(connection) => connection,
             Link::Cluster(connection) => &mut **connection,
         }
+    }
+
+    /// Where a call a Cluster node answered `ASK` goes again: to `node`
+    /// (`host:port`), the slot's importing node. `None` on one server or
+    /// for an address that is not `host:port`.
+    pub fn asking(&mut self, node: &str) -> Option<Asking<'_>> {
+        let Link::Cluster(connection) = self else { return None };
+        let (host, port) = node.rsplit_once(':')?;
+        let port = port.parse().ok()?;
+        let node = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host: host.to_owned(), port });
+        Some(Asking { connection, node })
+    }
+}
+
+/// A Cluster link that sends each command to one node, right after
+/// `ASKING` on the same connection: while a slot migrates, the keys its
+/// old node no longer holds are served by the new one only so asked.
+pub(crate) struct Asking<'a> {
+    connection: &'a mut ClusterConnection,
+    node: RoutingInfo,
+}
+
+impl ConnectionLike for Asking<'_> {
+    fn req_command(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        self.connection.route_command(&redis::cmd("ASKING"), self.node.clone())?.extract_error()?;
+        self.connection.route_command(cmd, self.node.clone())
+    }
+
+    // Scripts send commands (EVALSHA, SCRIPT LOAD), never packed bytes,
+    // which carry no command to route.
+    fn req_packed_command(&mut self, _: &[u8]) -> RedisResult<Value> {
+        Err((ErrorKind::Client, "a call redirected by ASK is sent as commands").into())
+    }
+
+    fn req_packed_commands(&mut self, _: &[u8], _: usize, _: usize) -> RedisResult<Vec<Value>> {
+        Err((ErrorKind::Client, "a call redirected by ASK is sent as commands").into())
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.connection.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.connection.is_open()
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use llmgov::Clock;
 
 use parking_lot::Mutex;
-use redis::{ConnectionLike, ErrorKind, RedisResult, Script, ServerErrorKind, Value};
+use redis::{ConnectionLike, ErrorKind, RedisResult, Script, ScriptInvocation, ServerErrorKind, Value};
 
 use crate::server::{Link, Server};
 use crate::shared::{Kind, SharedScope};
@@ -19,8 +19,9 @@ const MAX_IDLE: usize = 16;
 /// proxies close idle connections (Redis's `timeout`, a load balancer's
 /// idle limit), and a settle sent on one is not run again whole.
 const IDLE_LIMIT_NS: u64 = 30_000_000_000;
-/// How often one call follows a Cluster's `MOVED` to a fresh slot map: a
-/// slot may move again while the map is read.
+/// How often one call follows a Cluster's redirections (`MOVED` to a fresh
+/// slot map, `ASK` to a slot's importing node): a slot may move again
+/// meanwhile.
 const MAX_REDIRECTS: usize = 3;
 
 /// What the acquire script answered.
@@ -131,7 +132,9 @@ impl Store {
     /// running it twice only reserves twice or changes nothing more, or the
     /// call without its refunds. A Cluster node's `MOVED` (the slot has
     /// moved since the pool's slot map was read) ran nothing: the call runs
-    /// again on a new connection, which reads the map afresh.
+    /// again on a new connection, which reads the map afresh. Nor did its
+    /// `ASK` (the slot is migrating, and the keys are on the importing node
+    /// already): the call runs again there, after `ASKING`.
     fn with<T>(
         &self,
         call: &dyn Fn(&mut dyn ConnectionLike) -> RedisResult<T>,
@@ -154,14 +157,23 @@ impl Store {
             redirected = again;
         }
         for _ in 0..MAX_REDIRECTS {
-            if !result.as_ref().is_err_and(|e| e.kind() == ErrorKind::Server(ServerErrorKind::Moved)) {
-                break;
+            let Err(error) = &result else { break };
+            match error.kind() {
+                ErrorKind::Server(ServerErrorKind::Moved) => {
+                    // The pooled links hold the same stale map.
+                    self.drop_idle();
+                    self.calls.fetch_add(1, Ordering::Relaxed);
+                    link = self.server.connect(self.timeout)?;
+                    result = redirected(link.as_connection());
+                }
+                ErrorKind::Server(ServerErrorKind::Ask) => {
+                    let node = error.redirect_node().map(|(node, _slot)| node.to_owned());
+                    let Some(mut asking) = node.as_deref().and_then(|node| link.asking(node)) else { break };
+                    self.calls.fetch_add(1, Ordering::Relaxed);
+                    result = redirected(&mut asking);
+                }
+                _ => break,
             }
-            // The pooled links hold the same stale map.
-            self.drop_idle();
-            self.calls.fetch_add(1, Ordering::Relaxed);
-            link = self.server.connect(self.timeout)?;
-            result = redirected(link.as_connection());
         }
         if result.is_ok() {
             let mut idle = self.idle.lock();
@@ -207,7 +219,7 @@ impl Store {
     /// Reserves the ask's costs on `scope`, all or nothing.
     pub fn acquire(&self, scope: &SharedScope, ask: &Ask<'_>) -> RedisResult<Admission> {
         let mut call = self.acquire.key(&scope.state_key);
-        call.key(&scope.slots_key)
+        scope_slots(&mut call, scope)
             .arg(ask.seen_epoch.unwrap_or(""))
             .arg(ask.fresh_epoch)
             .arg(ask.safe_share)
@@ -231,7 +243,7 @@ impl Store {
     pub fn settle(&self, scope: &SharedScope, reconcile: &Reconcile<'_>) -> RedisResult<()> {
         let call = |refunds: bool| {
             let mut call = self.settle.key(&scope.state_key);
-            call.key(&scope.slots_key).arg(reconcile.epoch).arg(reconcile.slot.unwrap_or(""));
+            scope_slots(&mut call, scope).arg(reconcile.epoch).arg(reconcile.slot.unwrap_or(""));
             for &(limit, delta) in reconcile.deltas {
                 let limit = &scope.limits[limit];
                 let Kind::Rate { interval_us, .. } = limit.kind else { continue };
@@ -303,6 +315,17 @@ impl Store {
         let (grants, waits_us) = counts.split_at(counts.len() / 2);
         Ok(LeaseGrant { epoch, reset: reset == 1, grants: grants.to_vec(), waits_us: waits_us.to_vec() })
     }
+}
+
+/// Names the scope's slots key to a script only where the scope has
+/// concurrency slots: on a Cluster, a slot being migrated is served by its
+/// old node only while that node holds every key a call names, and a
+/// scope without concurrency never has that key.
+fn scope_slots<'a, 's>(call: &'a mut ScriptInvocation<'s>, scope: &SharedScope) -> &'a mut ScriptInvocation<'s> {
+    if scope.has_slots() {
+        call.key(&scope.slots_key);
+    }
+    call
 }
 
 fn parse_admission(reply: &[Value]) -> RedisResult<Admission> {

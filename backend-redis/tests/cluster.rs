@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::cluster::{cluster_config, PrivateCluster};
+use common::cluster::{cluster_config, requests_an_hour, PrivateCluster};
 use common::{fresh_prefix, Listen};
 use llmgov::{ManualClock, Usage};
 use llmgov_redis::{Error, RedisGovernor};
@@ -27,7 +27,7 @@ fn share_three_nodes(test: &str, mode: &str) -> Option<usize> {
     let cluster = start(test)?;
     let prefix = fresh_prefix(test);
     let paths = cluster.one_scope_per_node(&prefix);
-    let text = cluster_config(&cluster.nodes[0].url(), &prefix, mode, &paths, 5, "");
+    let text = cluster_config(&cluster.nodes[0].url(), &prefix, mode, &paths, &requests_an_hour(5), "");
     let governors = [RedisGovernor::from_toml(&text).unwrap(), RedisGovernor::from_toml(&text).unwrap()];
     let routes: Vec<_> = governors.iter().map(|g| g.route(&paths).unwrap()).collect();
     let mut admitted = 0;
@@ -90,8 +90,9 @@ impl SlotMove<'_> {
         self.set_slot(self.from, "MIGRATING", &self.id(self.to));
     }
 
-    /// Moves the keys (MIGRATE) and gives the slot to `to` on every node.
-    fn finish(&self) {
+    /// Moves the slot's keys to `to` (MIGRATE): `from` answers ASK for
+    /// them now, `to` serves them to a client that says ASKING.
+    fn move_keys(&self) {
         let mut source = self.cluster.connect(self.from);
         let mut keys = redis::cmd("CLUSTER");
         keys.arg("GETKEYSINSLOT").arg(self.slot).arg(100);
@@ -100,6 +101,10 @@ impl SlotMove<'_> {
         let mut migrate = redis::cmd("MIGRATE");
         migrate.arg("127.0.0.1").arg(self.cluster.nodes[self.to].port).arg("").arg(0).arg(5000).arg("KEYS").arg(&keys);
         let () = migrate.query(&mut source).unwrap();
+    }
+
+    /// Gives the slot to `to` on every node: `from` answers MOVED.
+    fn assign(&self) {
         let target = self.id(self.to);
         for i in 0..self.cluster.nodes.len() {
             self.set_slot(i, "NODE", &target);
@@ -114,7 +119,14 @@ fn a_slot_moved_to_another_node_is_followed_with_its_state() {
     let prefix = fresh_prefix(test);
     let path = "team-moved".to_owned();
     let slot = cluster.slot_of(&prefix, &path);
-    let text = cluster_config(&cluster.nodes[0].url(), &prefix, "exact", std::slice::from_ref(&path), 3, "");
+    let text = cluster_config(
+        &cluster.nodes[0].url(),
+        &prefix,
+        "exact",
+        std::slice::from_ref(&path),
+        &requests_an_hour(3),
+        "",
+    );
     let governor = RedisGovernor::from_toml(&text).unwrap();
     let route = governor.route(&[&path]).unwrap();
     let held: Vec<_> = (0..2).map(|_| governor.try_acquire(&route, Usage::new(1, 1)).unwrap()).collect();
@@ -122,7 +134,8 @@ fn a_slot_moved_to_another_node_is_followed_with_its_state() {
     let from = cluster.first_owner(slot);
     let slot_move = SlotMove { cluster: &cluster, slot, from, to: (from + 1) % 3 };
     slot_move.open();
-    slot_move.finish();
+    slot_move.move_keys();
+    slot_move.assign();
 
     // The governor's connections still send the slot to `from`, which
     // answers MOVED: the call goes again to the new owner, on the state
@@ -139,43 +152,95 @@ fn a_slot_moved_to_another_node_is_followed_with_its_state() {
     drop(held);
 }
 
-/// While a slot is being migrated, its node answers a call on a scope of
-/// which it holds some keys (the state, not the slots) TRYAGAIN (and ASK
-/// once it holds none): neither is followed, so the process is on its safe
-/// share until `retry_interval` after the slot has landed, and the
-/// admissions of that outage are charged to the moved state.
+/// Every step of a slot's migration, with a governor acquiring between
+/// them: while the old node holds the scope's state it serves it; once the
+/// state has moved it answers ASK and the call goes to the new node (after
+/// ASKING); once the slot is the new node's it answers MOVED. The state
+/// moves with the slot, and the process never leaves Redis.
 #[test]
-fn a_slot_mid_migration_is_the_safe_share_until_it_has_moved() {
+fn a_scope_is_served_through_every_step_of_its_slots_migration() {
     let test = "cluster-migrating";
     let Some(cluster) = start(test) else { return };
     let prefix = fresh_prefix(test);
     let path = "team-migrating".to_owned();
     let slot = cluster.slot_of(&prefix, &path);
-    let text = cluster_config(&cluster.nodes[0].url(), &prefix, "exact", std::slice::from_ref(&path), 8, "");
+    let text = cluster_config(
+        &cluster.nodes[0].url(),
+        &prefix,
+        "exact",
+        std::slice::from_ref(&path),
+        &requests_an_hour(8),
+        "",
+    );
+    let governor = RedisGovernor::from_toml(&text).unwrap();
+    let route = governor.route(&[&path]).unwrap();
+    let mut held = Vec::new();
+    let mut take_two = |step: &str| {
+        for _ in 0..2 {
+            let permit = governor.try_acquire(&route, Usage::new(1, 1)).unwrap();
+            assert!(!permit.from_fallback(), "{step}: {:?}", governor.health());
+            held.push(permit);
+        }
+    };
+    take_two("before");
+    let from = cluster.first_owner(slot);
+    let slot_move = SlotMove { cluster: &cluster, slot, from, to: (from + 1) % 3 };
+    slot_move.open();
+    take_two("migrating, the state still on the old node");
+    slot_move.move_keys();
+    take_two("migrating, the state on the new node (ASK)");
+    slot_move.assign();
+    take_two("moved (MOVED)");
+    assert!(governor.try_acquire(&route, Usage::new(1, 1)).is_err(), "the ninth of 8 an hour");
+    let health = governor.health();
+    assert!(!health.degraded, "{health:?}");
+    assert_eq!((health.redis_errors, health.state_resets), (0, 0), "{health:?}");
+}
+
+/// A scope with concurrency whose slots key is gone (no slot held) while
+/// its state is still on the old node: the node answers TRYAGAIN (it cannot
+/// tell the slots were not moved already), which is not followed: the
+/// process is on its safe share until `retry_interval` after the slot has
+/// landed, and the admissions of that outage are charged to the moved state.
+#[test]
+fn a_scope_with_concurrency_is_the_safe_share_while_its_slot_migrates() {
+    let test = "cluster-tryagain";
+    let Some(cluster) = start(test) else { return };
+    let prefix = fresh_prefix(test);
+    let path = "team-tryagain".to_owned();
+    let slot = cluster.slot_of(&prefix, &path);
+    let limits = r#"[{ dimension = "requests", amount = 8, window = "1h", algorithm = "token_bucket" },
+                     { dimension = "concurrency", amount = 4 }]"#;
+    let text = cluster_config(&cluster.nodes[0].url(), &prefix, "exact", std::slice::from_ref(&path), limits, "");
     let clock = Arc::new(ManualClock::new(0));
     let governor = RedisGovernor::from_toml_with_clock(&text, clock.clone()).unwrap();
     let route = governor.route(&[&path]).unwrap();
     let acquire = || governor.try_acquire(&route, Usage::new(1, 1));
-    let mut held: Vec<_> = (0..2).map(|_| acquire().unwrap()).collect();
-    assert!(held.iter().all(|permit| !permit.from_fallback()));
+    for _ in 0..2 {
+        let mut permit = acquire().unwrap();
+        assert!(!permit.from_fallback());
+        governor.settle(&mut permit, Usage::new(1, 1)).unwrap();
+    }
 
     let from = cluster.first_owner(slot);
     let slot_move = SlotMove { cluster: &cluster, slot, from, to: (from + 1) % 3 };
     slot_move.open();
-    held.push(acquire().unwrap());
-    assert!(held[2].from_fallback(), "admitted from the safe share");
+    let mut during = acquire().unwrap();
+    assert!(during.from_fallback(), "admitted from the safe share");
     let health = governor.health();
     let error = health.last_error.clone().unwrap_or_default();
     assert!(health.degraded && error.starts_with("TryAgain"), "{health:?}");
+    governor.settle(&mut during, Usage::new(1, 1)).unwrap();
 
-    slot_move.finish();
+    slot_move.move_keys();
+    slot_move.assign();
     clock.advance(Duration::from_secs(1));
     // 2 + the outage's 1 of 8 taken: 5 more, through Redis on node `to`.
     let mut through_redis = 0;
-    while let Ok(permit) = acquire() {
+    while let Ok(mut permit) = acquire() {
         assert!(!permit.from_fallback(), "{:?}", governor.health());
+        governor.settle(&mut permit, Usage::new(1, 1)).unwrap();
         through_redis += 1;
-        held.push(permit);
     }
     assert_eq!(through_redis, 5);
     let health = governor.health();

@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::cluster::{cluster_config, PrivateCluster};
+use common::cluster::{cluster_config, requests_an_hour, PrivateCluster};
 use common::{fresh_prefix, Listen, PrivateRedis, TIMEOUT};
 use llmgov::Usage;
 use llmgov_redis::{RedisGovernor, SharedRoute};
@@ -144,7 +144,7 @@ fn a_cluster_over_tls_admits_on_the_node_of_each_scope() {
         &prefix,
         "exact",
         &paths,
-        5,
+        &requests_an_hour(5),
         &format!("tls_ca_file = \"{ca}\""),
     ))
     .unwrap();

@@ -136,15 +136,12 @@ impl Drop for PrivateCluster {
 }
 
 /// A config of a governor on the cluster at `url`: every path in `paths` a
-/// shared scope of `mode` with `requests` requests an hour, as a token
-/// bucket (no refill within a test), expecting 2 processes. `redis` adds
-/// lines to the `[redis]` section.
-pub fn cluster_config(url: &str, prefix: &str, mode: &str, paths: &[String], requests: u64, redis: &str) -> String {
+/// shared scope of `mode` with `limits` (a TOML array), expecting 2
+/// processes. `redis` adds lines to the `[redis]` section.
+pub fn cluster_config(url: &str, prefix: &str, mode: &str, paths: &[String], limits: &str, redis: &str) -> String {
     let mut text = String::new();
     for path in paths {
-        text += &format!(
-            "[scopes.\"{path}\"]\nlimits = [{{ dimension = \"requests\", amount = {requests}, window = \"1h\", algorithm = \"token_bucket\" }}]\n"
-        );
+        text += &format!("[scopes.\"{path}\"]\nlimits = {limits}\n");
     }
     text += &format!(
         "[redis]\nurl = \"{url}\"\ncluster = true\nprefix = \"{prefix}\"\nexpected_processes = 2\ntimeout = \"{TIMEOUT}\"\n{redis}\n"
@@ -153,4 +150,10 @@ pub fn cluster_config(url: &str, prefix: &str, mode: &str, paths: &[String], req
         text += &format!("[redis.scopes.\"{path}\"]\nmode = \"{mode}\"\n");
     }
     text
+}
+
+/// `n` requests an hour as a token bucket (no refill within a test), as
+/// `limits` of [`cluster_config`].
+pub fn requests_an_hour(n: u64) -> String {
+    format!("[{{ dimension = \"requests\", amount = {n}, window = \"1h\", algorithm = \"token_bucket\" }}]")
 }
