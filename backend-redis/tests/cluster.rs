@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::cluster::{cluster_config, requests_an_hour, PrivateCluster};
 use common::{fresh_prefix, Listen};
 use llmgov::{ManualClock, Usage};
-use llmgov_redis::{Error, RedisGovernor};
+use llmgov_redis::{Error, RedisGovernor, SharedPermit, SharedRoute};
 use redis::Commands;
 
 fn start(test: &str) -> Option<PrivateCluster> {
@@ -112,27 +112,53 @@ impl SlotMove<'_> {
     }
 }
 
+/// A cluster and a governor on it, on the manual clock, with one shared
+/// scope (exact mode) whose slot a test moves.
+struct OneScope {
+    cluster: PrivateCluster,
+    path: String,
+    slot: u16,
+    clock: Arc<ManualClock>,
+    governor: RedisGovernor,
+    route: SharedRoute,
+}
+
+impl OneScope {
+    fn start(test: &str, limits: &str) -> Option<Self> {
+        let cluster = start(test)?;
+        let prefix = fresh_prefix(test);
+        let path = format!("team-{test}");
+        let slot = cluster.slot_of(&prefix, &path);
+        let paths = std::slice::from_ref(&path);
+        let text = cluster_config(&cluster.nodes[0].url(), &prefix, "exact", paths, limits, "");
+        let clock = Arc::new(ManualClock::new(0));
+        let governor = RedisGovernor::from_toml_with_clock(&text, clock.clone()).unwrap();
+        let route = governor.route(paths).unwrap();
+        Some(OneScope { cluster, path, slot, clock, governor, route })
+    }
+
+    fn acquire(&self) -> llmgov_redis::Result<SharedPermit> {
+        self.governor.try_acquire(&self.route, Usage::new(1, 1))
+    }
+
+    /// The move of the scope's slot from its first node to the next.
+    fn slot_move(&self) -> SlotMove<'_> {
+        let from = self.cluster.first_owner(self.slot);
+        SlotMove { cluster: &self.cluster, slot: self.slot, from, to: (from + 1) % 3 }
+    }
+
+    fn assert_healthy(&self) {
+        let health = self.governor.health();
+        assert!(!health.degraded, "{health:?}");
+        assert_eq!((health.redis_errors, health.state_resets), (0, 0), "{health:?}");
+    }
+}
+
 #[test]
 fn a_slot_moved_to_another_node_is_followed_with_its_state() {
-    let test = "cluster-moved";
-    let Some(cluster) = start(test) else { return };
-    let prefix = fresh_prefix(test);
-    let path = "team-moved".to_owned();
-    let slot = cluster.slot_of(&prefix, &path);
-    let text = cluster_config(
-        &cluster.nodes[0].url(),
-        &prefix,
-        "exact",
-        std::slice::from_ref(&path),
-        &requests_an_hour(3),
-        "",
-    );
-    let governor = RedisGovernor::from_toml(&text).unwrap();
-    let route = governor.route(&[&path]).unwrap();
-    let held: Vec<_> = (0..2).map(|_| governor.try_acquire(&route, Usage::new(1, 1)).unwrap()).collect();
-
-    let from = cluster.first_owner(slot);
-    let slot_move = SlotMove { cluster: &cluster, slot, from, to: (from + 1) % 3 };
+    let Some(one) = OneScope::start("moved", &requests_an_hour(3)) else { return };
+    let held: Vec<_> = (0..2).map(|_| one.acquire().unwrap()).collect();
+    let slot_move = one.slot_move();
     slot_move.open();
     slot_move.move_keys();
     slot_move.assign();
@@ -140,15 +166,13 @@ fn a_slot_moved_to_another_node_is_followed_with_its_state() {
     // The governor's connections still send the slot to `from`, which
     // answers MOVED: the call goes again to the new owner, on the state
     // moved there (two of three taken), not a fresh one.
-    let third = governor.try_acquire(&route, Usage::new(1, 1));
+    let third = one.acquire();
     assert!(third.is_ok(), "{:?}", third.err());
-    match governor.try_acquire(&route, Usage::new(1, 1)) {
-        Err(Error::RateLimited { ref scope, .. }) => assert_eq!(&**scope, path),
+    match one.acquire() {
+        Err(Error::RateLimited { ref scope, .. }) => assert_eq!(&**scope, one.path),
         other => panic!("the fourth of three an hour: {other:?}"),
     }
-    let health = governor.health();
-    assert!(!health.degraded, "{health:?}");
-    assert_eq!((health.redis_errors, health.state_resets), (0, 0), "{health:?}");
+    one.assert_healthy();
     drop(held);
 }
 
@@ -159,42 +183,25 @@ fn a_slot_moved_to_another_node_is_followed_with_its_state() {
 /// moves with the slot, and the process never leaves Redis.
 #[test]
 fn a_scope_is_served_through_every_step_of_its_slots_migration() {
-    let test = "cluster-migrating";
-    let Some(cluster) = start(test) else { return };
-    let prefix = fresh_prefix(test);
-    let path = "team-migrating".to_owned();
-    let slot = cluster.slot_of(&prefix, &path);
-    let text = cluster_config(
-        &cluster.nodes[0].url(),
-        &prefix,
-        "exact",
-        std::slice::from_ref(&path),
-        &requests_an_hour(8),
-        "",
-    );
-    let governor = RedisGovernor::from_toml(&text).unwrap();
-    let route = governor.route(&[&path]).unwrap();
+    let Some(one) = OneScope::start("migrating", &requests_an_hour(8)) else { return };
     let mut held = Vec::new();
     let mut take_two = |step: &str| {
         for _ in 0..2 {
-            let permit = governor.try_acquire(&route, Usage::new(1, 1)).unwrap();
-            assert!(!permit.from_fallback(), "{step}: {:?}", governor.health());
+            let permit = one.acquire().unwrap();
+            assert!(!permit.from_fallback(), "{step}: {:?}", one.governor.health());
             held.push(permit);
         }
     };
     take_two("before");
-    let from = cluster.first_owner(slot);
-    let slot_move = SlotMove { cluster: &cluster, slot, from, to: (from + 1) % 3 };
+    let slot_move = one.slot_move();
     slot_move.open();
     take_two("migrating, the state still on the old node");
     slot_move.move_keys();
     take_two("migrating, the state on the new node (ASK)");
     slot_move.assign();
     take_two("moved (MOVED)");
-    assert!(governor.try_acquire(&route, Usage::new(1, 1)).is_err(), "the ninth of 8 an hour");
-    let health = governor.health();
-    assert!(!health.degraded, "{health:?}");
-    assert_eq!((health.redis_errors, health.state_resets), (0, 0), "{health:?}");
+    assert!(one.acquire().is_err(), "the ninth of 8 an hour");
+    one.assert_healthy();
 }
 
 /// A scope with concurrency whose slots key is gone (no slot held) while
@@ -204,45 +211,36 @@ fn a_scope_is_served_through_every_step_of_its_slots_migration() {
 /// landed, and the admissions of that outage are charged to the moved state.
 #[test]
 fn a_scope_with_concurrency_is_the_safe_share_while_its_slot_migrates() {
-    let test = "cluster-tryagain";
-    let Some(cluster) = start(test) else { return };
-    let prefix = fresh_prefix(test);
-    let path = "team-tryagain".to_owned();
-    let slot = cluster.slot_of(&prefix, &path);
     let limits = r#"[{ dimension = "requests", amount = 8, window = "1h", algorithm = "token_bucket" },
                      { dimension = "concurrency", amount = 4 }]"#;
-    let text = cluster_config(&cluster.nodes[0].url(), &prefix, "exact", std::slice::from_ref(&path), limits, "");
-    let clock = Arc::new(ManualClock::new(0));
-    let governor = RedisGovernor::from_toml_with_clock(&text, clock.clone()).unwrap();
-    let route = governor.route(&[&path]).unwrap();
-    let acquire = || governor.try_acquire(&route, Usage::new(1, 1));
+    let Some(one) = OneScope::start("tryagain", limits) else { return };
+    let settle = |permit: &mut SharedPermit| one.governor.settle(permit, Usage::new(1, 1)).unwrap();
     for _ in 0..2 {
-        let mut permit = acquire().unwrap();
+        let mut permit = one.acquire().unwrap();
         assert!(!permit.from_fallback());
-        governor.settle(&mut permit, Usage::new(1, 1)).unwrap();
+        settle(&mut permit);
     }
 
-    let from = cluster.first_owner(slot);
-    let slot_move = SlotMove { cluster: &cluster, slot, from, to: (from + 1) % 3 };
+    let slot_move = one.slot_move();
     slot_move.open();
-    let mut during = acquire().unwrap();
+    let mut during = one.acquire().unwrap();
     assert!(during.from_fallback(), "admitted from the safe share");
-    let health = governor.health();
+    let health = one.governor.health();
     let error = health.last_error.clone().unwrap_or_default();
     assert!(health.degraded && error.starts_with("TryAgain"), "{health:?}");
-    governor.settle(&mut during, Usage::new(1, 1)).unwrap();
+    settle(&mut during);
 
     slot_move.move_keys();
     slot_move.assign();
-    clock.advance(Duration::from_secs(1));
+    one.clock.advance(Duration::from_secs(1));
     // 2 + the outage's 1 of 8 taken: 5 more, through Redis on node `to`.
     let mut through_redis = 0;
-    while let Ok(mut permit) = acquire() {
-        assert!(!permit.from_fallback(), "{:?}", governor.health());
-        governor.settle(&mut permit, Usage::new(1, 1)).unwrap();
+    while let Ok(mut permit) = one.acquire() {
+        assert!(!permit.from_fallback(), "{:?}", one.governor.health());
+        settle(&mut permit);
         through_redis += 1;
     }
     assert_eq!(through_redis, 5);
-    let health = governor.health();
+    let health = one.governor.health();
     assert!(!health.degraded && health.state_resets == 0, "{health:?}");
 }
