@@ -355,9 +355,10 @@ proptest! {
     }
 
     /// A route whose limits all count requests takes the ledger's short
-    /// path (no token counts, only the count booked); it must admit, refuse,
-    /// reserve and expire exactly as the same scopes do on a route that
-    /// also charges tokens (the general path), whatever the tokens. Among
+    /// path (no token counts, only the count booked, a settle changing no
+    /// bucket); it must admit, refuse, reserve and expire exactly as the
+    /// same scopes do on a route that also charges tokens (the general
+    /// path), whatever the tokens. Among
     /// the routes are two scopes of one template, which share their limits.
     #[test]
     fn requests_only_routes_match_the_general_path(

@@ -55,6 +55,40 @@ pub struct GcraParams {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryAt(pub u64);
 
+/// The two numbers of a [`GcraParams`] that charging one unit takes,
+/// copied out so that a route charging only requests holds them beside
+/// each bucket (one dependent load fewer than through the limit).
+#[derive(Debug, Clone, Copy)]
+pub struct OneUnit {
+    one_ns: u64,
+    tau_ns: u64,
+}
+
+impl OneUnit {
+    /// [`GcraParams::try_reserve`] of one unit, on the params this was taken from.
+    #[inline]
+    pub fn try_reserve<A: AtomicWord>(&self, tat: &A, now: u64) -> Result<(), RetryAt> {
+        reserve_ns(tat, self.one_ns, self.tau_ns, now)
+    }
+}
+
+/// Moves the TAT `increment` on at `now`, unless that puts it more than
+/// `tau_ns` ahead of `now`.
+#[inline]
+fn reserve_ns<A: AtomicWord>(tat: &A, increment: u64, tau_ns: u64, now: u64) -> Result<(), RetryAt> {
+    update(tat, |current| {
+        // Past the end of the timeline nothing fits (saturated, every
+        // request would look within the burst).
+        let next = current.max(now).checked_add(increment).ok_or(RetryAt(u64::MAX))?;
+        if next - now > tau_ns {
+            Err(RetryAt(next - tau_ns))
+        } else {
+            Ok(next)
+        }
+    })
+    .map(drop)
+}
+
 impl GcraParams {
     /// A bucket refilling `amount` units per `window_ns`, holding at most `burst`.
     /// All three must be non-zero (the config validates this).
@@ -111,26 +145,15 @@ impl GcraParams {
         self.try_reserve_ns(tat, self.units_to_ns(units), now)
     }
 
-    /// Reserves one unit at `now` ([`Self::try_reserve`] of 1).
-    #[inline]
-    pub fn try_reserve_one<A: AtomicWord>(&self, tat: &A, now: u64) -> Result<(), RetryAt> {
-        self.try_reserve_ns(tat, self.one_ns, now)
-    }
-
     /// Reserves a charge already expressed as refill time (at most `tau`).
     #[inline]
     pub fn try_reserve_ns<A: AtomicWord>(&self, tat: &A, increment: u64, now: u64) -> Result<(), RetryAt> {
-        update(tat, |current| {
-            // Past the end of the timeline nothing fits (saturated, every
-            // request would look within the burst).
-            let next = current.max(now).checked_add(increment).ok_or(RetryAt(u64::MAX))?;
-            if next - now > self.tau_ns {
-                Err(RetryAt(next - self.tau_ns))
-            } else {
-                Ok(next)
-            }
-        })
-        .map(drop)
+        reserve_ns(tat, increment, self.tau_ns, now)
+    }
+
+    /// What one unit costs here, for a caller that charges only ones.
+    pub fn one_unit(&self) -> OneUnit {
+        OneUnit { one_ns: self.one_ns, tau_ns: self.tau_ns }
     }
 
     /// Undoes a reservation of `units` made by [`Self::try_reserve`].
@@ -241,7 +264,7 @@ impl GcraParams {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU64;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     const MINUTE: u64 = 60_000_000_000;
 
@@ -256,6 +279,19 @@ mod tests {
         assert_eq!(at, 1_000_000_000, "500 tokens at 500/s refill in one second");
         assert!(p.try_reserve(&tat, 500, at - 1).is_err());
         assert!(p.try_reserve(&tat, 500, at).is_ok());
+    }
+
+    #[test]
+    fn one_unit_charges_as_a_reservation_of_one() {
+        // 7 per second, burst 3: an inexact unit time, a burst below the amount.
+        let p = GcraParams::new(7, 1_000_000_000, 3);
+        let (by_params, by_unit): (AtomicU64, AtomicU64) = (GcraParams::new_state(), GcraParams::new_state());
+        let unit = p.one_unit();
+        for now in [0, 0, 0, 0, 1, 142_857_143, 142_857_144, 500_000_000, 500_000_000, 500_000_000] {
+            assert_eq!(unit.try_reserve(&by_unit, now), p.try_reserve(&by_params, 1, now), "at {now}");
+            assert_eq!(by_unit.load(Ordering::SeqCst), by_params.load(Ordering::SeqCst), "at {now}");
+        }
+        assert!(unit.try_reserve(&by_unit, 0).is_err(), "the burst is spent");
     }
 
     #[test]

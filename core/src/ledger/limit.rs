@@ -63,6 +63,13 @@ pub(crate) enum Bucket {
 
 const _: () = assert!(std::mem::size_of::<Bucket>() == 16);
 
+impl Bucket {
+    /// Whether this is the token bucket whose word is `tat`.
+    pub fn is_tat(&self, tat: &AtomicU64) -> bool {
+        matches!(self, Bucket::Tat(word) if std::ptr::eq(word, tat))
+    }
+}
+
 /// In-flight permits, in slots of the permit-TTL ring, and how many of them
 /// expired unsettled.
 #[derive(Debug)]

@@ -15,6 +15,7 @@ pub(crate) mod permit;
 pub(crate) mod registry;
 mod reserve;
 pub mod ring;
+mod unit_plan;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -273,11 +274,34 @@ impl Ledger {
         }
     }
 
-    /// Moves every charge of a pending permit to `actual` (nothing, if
-    /// `None`), frees its slots and marks it `state`.
+    /// Settles a pending permit at `actual` (cancels it, if `None`) and
+    /// marks it `state`.
     fn finish(&self, permit: &mut Permit, actual: Option<&Usage>, state: PermitState, now: u64) -> Result<()> {
         self.check_pending(permit, now)?;
         let route = self.registry.route_entry(permit.route.id);
+        let parts = match (route.scopes.unit_plan(), actual) {
+            // A request sent on a route that counts only requests took what
+            // it was charged, one on each bucket: only its books change.
+            (Some(_), Some(_)) => CostParts::ONE,
+            _ => self.move_charges(permit, route, actual, now),
+        };
+        let (id, slot, at) = (permit.route.id, permit.ttl_slot, self.ttl.index(now));
+        self.pending.finished(id, slot, at, &parts, route.booked);
+        permit.state = state;
+        Ok(())
+    }
+
+    /// Moves every charge of a pending permit on `route` to `actual`
+    /// (nothing, if `None`) and frees its slots; returns what its books
+    /// held of it.
+    #[inline(always)]
+    fn move_charges(
+        &self,
+        permit: &Permit,
+        route: &registry::RouteEntry,
+        actual: Option<&Usage>,
+        now: u64,
+    ) -> CostParts {
         let price = route.price.as_ref();
         let charged = Costs::of(&permit.charged(), permit.charged_expected_output(), price);
         let sent = actual.is_some();
@@ -291,10 +315,7 @@ impl Ledger {
                 _ => adjust(limit, bucket, cost, limit.cost(&actual), at, now, pace),
             }
         });
-        let (id, slot, at, parts) = (permit.route.id, permit.ttl_slot, self.ttl.index(now), &CostParts::of(&charged));
-        self.pending.finished(id, slot, at, parts, route.booked);
-        permit.state = state;
-        Ok(())
+        CostParts::of(&charged)
     }
 
     #[inline]

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::breaker::Breaker;
-use super::limit::{Bucket, Limit, Rule};
+use super::limit::{Bucket, Limit};
 use super::pace::{start_rate, Pace, FULL_RATE, UNSTARTED};
 use super::pending::Booked;
+use super::unit_plan::RouteScopes;
 use crate::config::adaptive::Adaptive;
 use crate::dimension::CostKind;
 use crate::pricing::Price;
@@ -97,11 +98,7 @@ pub(crate) struct RouteId(pub u32);
 /// An interned route.
 #[derive(Debug)]
 pub(crate) struct RouteEntry {
-    /// Its scopes, sorted by index, held rather than looked up: a lookup in
-    /// the registry's vector per scope took a twentieth of an acquire +
-    /// settle on 6 scopes (callgrind). Up to two live in the entry itself,
-    /// one pointer fewer to follow.
-    pub scopes: SmallVec<[Arc<Scope>; 2]>,
+    pub scopes: RouteScopes,
     /// The price of its requests, from the one priced scope on it.
     pub price: Option<Price>,
     /// The route of just its provider scopes, where it has others too: what
@@ -113,9 +110,6 @@ pub(crate) struct RouteEntry {
     /// route charges one per request (requests and concurrency limits) and
     /// no scope adapts to a provider.
     pub booked: Booked,
-    /// Moreover every limit is a token bucket: an acquire charges each one
-    /// unit's refill time and works out no token counts.
-    pub request_buckets: bool,
 }
 
 /// The registry of scopes, and of the routes (sets of scopes) requests name.
@@ -198,9 +192,7 @@ impl Registry {
         let counts_only =
             held.iter().all(|s| s.adaptation.is_none() && s.limits.iter().all(|l| l.cost_kind == CostKind::One));
         let booked = if counts_only { Booked::Count } else { Booked::All };
-        let request_buckets =
-            counts_only && held.iter().all(|s| s.limits.iter().all(|l| matches!(l.rule, Rule::TokenBucket(_))));
-        let entry = RouteEntry { scopes: held, price, provider_part, booked, request_buckets };
+        let entry = RouteEntry { scopes: RouteScopes::new(held, counts_only), price, provider_part, booked };
         let index = self.routes.push(entry);
         let id = RouteId(u32::try_from(index).expect("more than 4 billion routes"));
         // As with scopes, a racing twin stays unused.

@@ -1,15 +1,17 @@
 //! Reserving: every limit of every scope on a request's route at once, or
 //! nothing, and the refusal that says which limit refused and until when.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::breaker::{Breaker, Gate};
 use super::gcra::RetryAt;
-use super::limit::{Bucket, Limit, PacedCharges, Rule};
+use super::limit::{Limit, PacedCharges};
 use super::pending::Booked;
 use super::permit::{Permit, PermitState, Request};
 use super::registry::{self, RouteEntry, Scope};
+use super::unit_plan::UnitCharge;
 use super::Ledger;
 use crate::dimension::{CostParts, Costs};
 use crate::{Error, Result};
@@ -20,9 +22,9 @@ impl Ledger {
         self.check_route(request.route)?;
         request.validate()?;
         let route = self.registry.route_entry(request.route.id);
-        match route.request_buckets {
-            true => self.acquire_requests::<COUNTED>(request, route, now),
-            false => self.acquire_tokens::<COUNTED>(request, route, now),
+        match route.scopes.unit_plan() {
+            Some(plan) => self.acquire_requests::<COUNTED>(request, route, plan, now),
+            None => self.acquire_tokens::<COUNTED>(request, route, now),
         }
     }
 
@@ -86,15 +88,16 @@ impl Ledger {
     /// time, no token counts are worked out (until a refusal needs them),
     /// and only the count is booked.
     #[inline(always)]
-    fn acquire_requests<const COUNTED: bool>(&self, request: &Request, route: &RouteEntry, now: u64) -> Result<Permit> {
-        for scope in &route.scopes {
-            for (limit, bucket) in scope.limits.iter().zip(&scope.buckets) {
-                let (Rule::TokenBucket(params), Bucket::Tat(tat)) = (&limit.rule, bucket) else {
-                    unreachable!("a request-buckets route has only token buckets")
-                };
-                if let Err(RetryAt(at)) = params.try_reserve_one(tat, now) {
-                    return Err(self.counted::<COUNTED>(self.refuse_requests(request, route, bucket, at, now)));
-                }
+    fn acquire_requests<const COUNTED: bool>(
+        &self,
+        request: &Request,
+        route: &RouteEntry,
+        plan: &[UnitCharge],
+        now: u64,
+    ) -> Result<Permit> {
+        for charge in plan {
+            if let Err(RetryAt(at)) = charge.unit.try_reserve(charge.tat(), now) {
+                return Err(self.counted::<COUNTED>(self.refuse_requests(request, route, charge.tat(), at, now)));
             }
         }
         let index = self.ttl.index(now);
@@ -109,13 +112,13 @@ impl Ledger {
     /// than counted in the loop, which cost 23 instructions an acquire on 6
     /// scopes, callgrind.)
     #[cold]
-    fn refuse_requests(&self, request: &Request, route: &RouteEntry, refused: &Bucket, at: u64, now: u64) -> Error {
+    fn refuse_requests(&self, request: &Request, route: &RouteEntry, refused: &AtomicU64, at: u64, now: u64) -> Error {
         let costs = Costs::of(&request.estimate(), request.expected_output(), route.price.as_ref());
         let scopes = &route.scopes[..];
         let (s, l) = scopes
             .iter()
             .enumerate()
-            .find_map(|(s, scope)| Some((s, scope.buckets.iter().position(|b| std::ptr::eq(b, refused))?)))
+            .find_map(|(s, scope)| Some((s, scope.buckets.iter().position(|b| b.is_tat(refused))?)))
             .expect("the refusing bucket is on the route");
         self.rollback(scopes, s, l, &costs, now, &mut PacedCharges::new());
         self.refusal(scopes, &costs, &scopes[s], &scopes[s].limits[l], Some(at), now)
