@@ -183,12 +183,16 @@ impl Governor {
     #[inline]
     fn reserve(&self, request: &Request, acquire: impl Fn(&Ledger, &Request, u64) -> Result<Permit>) -> Result<Permit> {
         let now = self.clock.now();
-        if self.ledger.reserves_expected_output() && request.expected_output_tokens.is_none() {
+        // One call, on either request: `acquire` is inlined whole.
+        let with_expected;
+        let request = if self.ledger.reserves_expected_output() && request.expected_output_tokens.is_none() {
             let expected = self.expected_output(request.route, request.class, request.stated_max_output());
-            acquire(&self.ledger, &Request { expected_output_tokens: Some(expected), ..*request }, now)
+            with_expected = Request { expected_output_tokens: Some(expected), ..*request };
+            &with_expected
         } else {
-            acquire(&self.ledger, request, now)
-        }
+            request
+        };
+        acquire(&self.ledger, request, now)
     }
 
     /// Counts a refusal and tells `tracing` and the hook.

@@ -16,23 +16,40 @@ use super::Ledger;
 use crate::dimension::{CostParts, Costs};
 use crate::{Error, Result};
 
+/// A request's reservation, made: the permit-TTL slot it was booked in,
+/// and whether it goes as its breakers' probe.
+#[derive(Debug, Clone, Copy)]
+struct Admitted {
+    slot: u64,
+    probe: bool,
+}
+
 impl Ledger {
     /// [`Self::try_acquire`], counting its refusal if `COUNTED`.
+    ///
+    /// Always inlined, and the permit made here, in the caller's frame,
+    /// rather than by the reserving functions: returned through memory,
+    /// the permit was copied by the caller at once, in 16-byte loads of
+    /// what had just been written in 8-byte stores (which the CPU cannot
+    /// forward, and must wait out). Made in place, a 1 × 1 `try_acquire`
+    /// takes 9.2 ns where it took 16.5 (criterion, BENCHMARKS.md).
+    #[inline(always)]
     pub(super) fn acquire<const COUNTED: bool>(&self, request: &Request, now: u64) -> Result<Permit> {
         self.check_route(request.route)?;
         request.validate()?;
         let route = self.registry.route_entry(request.route.id);
-        match route.scopes.unit_plan() {
-            Some(plan) => self.acquire_requests::<COUNTED>(request, route, plan, now),
-            None => self.acquire_tokens::<COUNTED>(request, route, now),
-        }
+        let admitted = match route.scopes.unit_plan() {
+            Some(plan) => self.reserve_requests::<COUNTED>(request, route, plan, now)?,
+            None => self.reserve_tokens::<COUNTED>(request, route, now)?,
+        };
+        Ok(self.permit(request, admitted, now))
     }
 
-    /// [`Self::acquire`] on a route that charges tokens or a price, or
-    /// adapts to a provider: each limit charges its kind of cost, provider
-    /// scopes at their pace and behind their breaker.
+    /// [`Self::acquire`]'s reservation on a route that charges tokens or a
+    /// price, or adapts to a provider: each limit charges its kind of cost,
+    /// provider scopes at their pace and behind their breaker.
     #[inline(always)]
-    fn acquire_tokens<const COUNTED: bool>(&self, request: &Request, route: &RouteEntry, now: u64) -> Result<Permit> {
+    fn reserve_tokens<const COUNTED: bool>(&self, request: &Request, route: &RouteEntry, now: u64) -> Result<Admitted> {
         let estimate = request.estimate();
         let expected_output = request.expected_output();
         let costs = Costs::of(&estimate, expected_output, route.price.as_ref());
@@ -77,35 +94,35 @@ impl Ledger {
         }
         let probe =
             probes && self.claim_probes(scopes, &costs, now, &mut paced).map_err(|e| self.counted::<COUNTED>(e))?;
-        let index = self.ttl.index(now);
+        let slot = self.ttl.index(now);
         let (id, parts) = (request.route.id, &CostParts::of(&costs));
-        self.pending.admitted(id, index, parts, route.booked);
-        Ok(self.permit(request, index, now, probe))
+        self.pending.admitted(id, slot, parts, route.booked);
+        Ok(Admitted { slot, probe })
     }
 
-    /// [`Self::acquire`] on a route whose limits are all token buckets of
-    /// requests, none adapting to a provider: each takes one unit's refill
-    /// time, no token counts are worked out (until a refusal needs them),
-    /// and only the count is booked.
+    /// [`Self::acquire`]'s reservation on a route whose limits are all
+    /// token buckets of requests, none adapting to a provider: each takes
+    /// one unit's refill time, no token counts are worked out (until a
+    /// refusal needs them), and only the count is booked.
     #[inline(always)]
-    fn acquire_requests<const COUNTED: bool>(
+    fn reserve_requests<const COUNTED: bool>(
         &self,
         request: &Request,
         route: &RouteEntry,
         plan: &[UnitCharge],
         now: u64,
-    ) -> Result<Permit> {
+    ) -> Result<Admitted> {
         for charge in plan {
             if let Err(RetryAt(at)) = charge.unit.try_reserve(charge.tat(), now) {
                 return Err(self.counted::<COUNTED>(self.refuse_requests(request, route, charge.tat(), at, now)));
             }
         }
-        let index = self.ttl.index(now);
-        self.pending.admitted(request.route.id, index, &CostParts::ONE, Booked::Count);
-        Ok(self.permit(request, index, now, false))
+        let slot = self.ttl.index(now);
+        self.pending.admitted(request.route.id, slot, &CostParts::ONE, Booked::Count);
+        Ok(Admitted { slot, probe: false })
     }
 
-    /// Rolls back what [`Self::acquire_requests`] reserved before the limit
+    /// Rolls back what [`Self::reserve_requests`] reserved before the limit
     /// of bucket `refused` refused (until `at`), and says why it refused.
     /// (The bucket says which scope refused: scopes made from one template
     /// share their limits but not their buckets. Searched for here rather
@@ -124,9 +141,9 @@ impl Ledger {
         self.refusal(scopes, &costs, &scopes[s], &scopes[s].limits[l], Some(at), now)
     }
 
-    /// The permit for `request`, admitted at `now` in TTL slot `index`.
+    /// The permit for `request`, admitted at `now`.
     #[inline(always)]
-    fn permit(&self, request: &Request, index: u64, now: u64, probe: bool) -> Permit {
+    fn permit(&self, request: &Request, admitted: Admitted, now: u64) -> Permit {
         Permit {
             route: request.route,
             class: request.class,
@@ -134,10 +151,10 @@ impl Ledger {
             expected_output: request.expected_output(),
             streamed_output: 0,
             acquired_at: now,
-            ttl_slot: index,
-            expires_at: self.ttl.expires_at(index),
+            ttl_slot: admitted.slot,
+            expires_at: self.ttl.expires_at(admitted.slot),
             state: PermitState::Pending,
-            probe,
+            probe: admitted.probe,
         }
     }
 
