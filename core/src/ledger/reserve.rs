@@ -32,7 +32,7 @@ impl Ledger {
     /// the permit was copied by the caller at once, in 16-byte loads of
     /// what had just been written in 8-byte stores (which the CPU cannot
     /// forward, and must wait out). Made in place, a 1 × 1 `try_acquire`
-    /// takes 9.2 ns where it took 16.5 (criterion, BENCHMARKS.md).
+    /// takes 9.3 ns where it took 16.8 (criterion, BENCHMARKS.md).
     #[inline(always)]
     pub(super) fn acquire<const COUNTED: bool>(&self, request: &Request, now: u64) -> Result<Permit> {
         self.check_route(request.route)?;

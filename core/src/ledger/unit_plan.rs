@@ -3,7 +3,7 @@
 //! there, laid out flat. An acquire on such a route goes from the plan
 //! straight to the words it compare-and-swaps, rather than through each
 //! scope, then its limits and buckets: a 1 × 1 `try_acquire` took 240
-//! instructions that way and takes 206 so, a 6 × 1 one 475 and 321
+//! instructions that way and takes 206 so, a 6 × 1 one 481 and 321
 //! (callgrind, BENCHMARKS.md).
 
 use std::ops::Deref;
