@@ -69,6 +69,7 @@ mod heartbeat;
 mod lease;
 mod leased;
 mod outage;
+mod sentinel;
 mod server;
 pub mod settings;
 mod shared;

@@ -1,5 +1,5 @@
-//! Where Redis is: one server, or a Redis Cluster reached through any of
-//! its nodes; and a connection to either.
+//! Where Redis is: one server, a Redis Cluster reached through any of its
+//! nodes, or a server behind Sentinel; and a connection to any of them.
 
 use std::time::Duration;
 
@@ -8,6 +8,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Client, Cmd, Connection, ConnectionLike, ErrorKind, IntoConnectionInfo, RedisResult, Value};
 
 use crate::errors::{Error, Result};
+use crate::sentinel::Sentinel;
 use crate::settings::{redact, Settings};
 
 /// The Redis the governor talks to.
@@ -15,6 +16,8 @@ pub(crate) enum Server {
     Single(Client),
     /// Every call goes to the node serving its scope's hash slot.
     Cluster(ClusterClient),
+    /// Each connection goes to the master the Sentinels name.
+    Sentinel(Sentinel),
 }
 
 /// One connection: to the one server, or to every node of the Cluster.
@@ -29,6 +32,9 @@ impl Server {
     pub fn open(settings: &Settings) -> Result<Server> {
         let url_error = |e: redis::RedisError| Error::config("redis.url", redact(&settings.url), e.to_string());
         let url = settings.url.as_str();
+        if !settings.sentinels.is_empty() {
+            return Sentinel::new(settings).map(Server::Sentinel);
+        }
         if settings.cluster {
             // A Cluster serves database 0 only: each node would refuse the
             // SELECT, and the process would stay on its safe share.
@@ -70,6 +76,7 @@ impl Server {
                 connection.set_write_timeout(Some(timeout))?;
                 Ok(Link::Single(connection))
             }
+            Server::Sentinel(sentinel) => sentinel.connect(timeout).map(Link::Single),
             Server::Cluster(client) => {
                 let config =
                     redis::cluster::ClusterConfig::new().set_connection_timeout(timeout).set_response_timeout(timeout);

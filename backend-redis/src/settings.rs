@@ -5,6 +5,7 @@
 //! [redis]
 //! url = "redis://127.0.0.1:6379"   # rediss:// for TLS (feature `tls`); redis://:password@host for AUTH
 //! cluster = false                  # true: url is any node of a Redis Cluster
+//! # sentinels = ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"]   # url = "redis://:password@<master name>/0"
 //! prefix = "prod-eu"               # one namespace per deployment
 //! expected_processes = 8           # the safe share is each limit ÷ this
 //! slot_ttl = "10s"                 # a crashed worker's concurrency slots come back after this
@@ -59,6 +60,12 @@ pub struct RedisConfig {
     /// the others from it) rather than the one server. Default false.
     #[serde(default)]
     pub cluster: bool,
+    /// The Sentinels watching the server, each `redis://[:password@]host:port`.
+    /// `url`'s host is then the name of the master they monitor
+    /// (`redis://:password@mymaster/0`), and each new connection goes to
+    /// the master the first Sentinel to answer names. Default: none.
+    #[serde(default)]
+    pub sentinels: Vec<String>,
     /// Namespace of every key, one per deployment: `{llmgov:<prefix>:<scope>}`.
     pub prefix: String,
     /// How many processes share the limits: a process that cannot reach
@@ -92,6 +99,8 @@ pub struct Settings {
     pub url: String,
     /// Whether `url` is a node of a Redis Cluster.
     pub cluster: bool,
+    /// The Sentinels to ask for the master `url` names, if any.
+    pub sentinels: Vec<String>,
     /// Key namespace.
     pub prefix: String,
     /// The divisor of the safe share.
@@ -121,6 +130,7 @@ impl Settings {
                 "a Redis Cluster is reached over TCP: redis:// or rediss://",
             ));
         }
+        check_sentinels(&raw.sentinels, raw.cluster, &url)?;
         let prefix_ok = !raw.prefix.is_empty()
             && raw.prefix.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
         if !prefix_ok {
@@ -149,6 +159,7 @@ impl Settings {
         Ok(Settings {
             url,
             cluster: raw.cluster,
+            sentinels: raw.sentinels,
             prefix: raw.prefix,
             expected_processes: raw.expected_processes,
             slot_ttl: ttl("redis.slot_ttl", raw.slot_ttl.as_deref(), Duration::from_secs(10))?,
@@ -189,6 +200,38 @@ fn checked_url(url: Option<String>, tls_ca_file: Option<&str>) -> Result<String>
         }
     }
     Ok(url)
+}
+
+/// With `sentinels`, `url` names the master (by the name the Sentinels
+/// know it by) and the Sentinels are plain `redis://` servers.
+fn check_sentinels(sentinels: &[String], cluster: bool, url: &str) -> Result<()> {
+    if sentinels.is_empty() {
+        return Ok(());
+    }
+    if cluster {
+        return Err(Error::config(
+            "redis.sentinels",
+            sentinels.iter().map(|s| redact(s)).collect::<Vec<_>>().join(", "),
+            "a Redis Cluster is found through its nodes, not Sentinel: set `cluster` or `sentinels`, not both",
+        ));
+    }
+    if !url.starts_with("redis://") {
+        return Err(Error::config(
+            "redis.url",
+            redact(url),
+            "with `sentinels`, the url is redis://[user:password@]<master name>[/db] (TLS behind Sentinel is not supported yet)",
+        ));
+    }
+    for (i, sentinel) in sentinels.iter().enumerate() {
+        if !sentinel.starts_with("redis://") {
+            return Err(Error::config(
+                format!("redis.sentinels[{i}]"),
+                redact(sentinel),
+                "a Sentinel is reached at redis://[:password@]host:port (TLS is not supported yet)",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The shortest slot or lease TTL.

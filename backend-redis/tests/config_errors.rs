@@ -94,3 +94,44 @@ fn cluster_settings_name_the_field_and_value() {
         assert!(reason.contains(says), "{redis}: {reason}");
     }
 }
+
+/// Behind Sentinel, `url` names the master over plain TCP, the Sentinels
+/// are `redis://` servers, and a Cluster is not also behind Sentinel: each
+/// named with the value as written (a password shown as `***`).
+#[test]
+fn sentinel_settings_name_the_field_and_value() {
+    let sentinels = "sentinels = [\"redis://127.0.0.1:26379\"]";
+    let cases = [
+        (
+            format!("url = \"redis://m\"\ncluster = true\n{sentinels}"),
+            "redis.sentinels",
+            "redis://127.0.0.1:26379",
+            "not both",
+        ),
+        (
+            format!("url = \"unix:///run/redis.sock\"\n{sentinels}"),
+            "redis.url",
+            "unix:///run/redis.sock",
+            "master name",
+        ),
+        (format!("url = \"rediss://m\"\n{sentinels}"), "redis.url", "rediss://m", "TLS"),
+        (
+            "url = \"redis://m\"\nsentinels = [\"redis://s:1\", \"rediss://:pw@s:2\"]".into(),
+            "redis.sentinels[1]",
+            "rediss://***@s:2",
+            "TLS",
+        ),
+        (
+            "url = \"redis://m\"\nsentinels = [\"redis://s:port\"]".into(),
+            "redis.sentinels[0]",
+            "redis://s:port",
+            "not a Sentinel address",
+        ),
+        ("url = \"redis://m\"\nsentinels = \"redis://s:1\"".into(), "redis.sentinels", "redis://s:1", "sequence"),
+    ];
+    for (redis, field, value, says) in cases {
+        let (named, shown, reason) = refused(&format!("{redis}\nprefix = \"p\"\nexpected_processes = 2"));
+        assert_eq!((named.as_str(), shown.as_str()), (field, value), "{reason}");
+        assert!(reason.contains(says), "{redis}: {reason}");
+    }
+}
