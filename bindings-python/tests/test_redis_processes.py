@@ -93,6 +93,13 @@ mode = "{mode}"
 ROUTE = ["tenants/worker", "openai/org/gpt-4o"]
 
 
+def report(line: str) -> None:
+    """Writes one line to the test in a single write(2): a forked parent and
+    child share the pipe, and `print` under PYTHONUNBUFFERED writes the text
+    and its newline apart, so their lines could merge into one."""
+    os.write(1, f"{line}\n".encode())
+
+
 def drain(gov, attempts: int) -> int:  # type: ignore[no-untyped-def]
     """Acquires and settles until refused, at most `attempts` times."""
     import llmgov
@@ -123,21 +130,21 @@ def forking_worker(role: str, gov) -> None:  # type: ignore[no-untyped-def]
             os.dup2(stderr.fileno(), 2)
         if role == "fork-slots":
             held = gov.try_acquire(ROUTE, input_tokens=1)
-            print("child_held=1", flush=True)
+            report("child_held=1")
             sys.stdin.readline()  # until the test has looked, past the slot TTL
             held.cancel()
         return  # the governor is dropped here: it must not return its parent's lease
     if role == "fork-slots":
         mine = gov.try_acquire(ROUTE, input_tokens=1)
-        print("parent_held=1", flush=True)
+        report("parent_held=1")
         _, status = os.waitpid(child, 0)
         mine.cancel()
     else:
         _, status = os.waitpid(child, 0)
         admitted = CRASH_USED + drain(gov, 2 * CRASH_LIMIT)
         gov.return_leases()
-        print(f"admitted={admitted}", flush=True)
-    print(f"child_status={status}", flush=True)
+        report(f"admitted={admitted}")
+    report(f"child_status={status}")
 
 
 def worker(role: str) -> None:
@@ -149,7 +156,7 @@ def worker(role: str) -> None:
     # traceback to stderr; a forked child inherits it, with its stderr file.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     gov = RedisGovernor.from_toml(config(os.environ["LLMGOV_REDIS_URL"], os.environ["PREFIX"], role))
-    print("ready", flush=True)
+    report("ready")
     sys.stdin.readline()
     if role.startswith("fork-"):
         forking_worker(role, gov)
@@ -159,7 +166,7 @@ def worker(role: str) -> None:
         health = gov.health()
         assert not health["degraded"] and health["fallback_admissions"] == 0, health
         gov.return_leases()
-        print(f"admitted={admitted} calls={health['redis_calls']}", flush=True)
+        report(f"admitted={admitted} calls={health['redis_calls']}")
         return
     held = []
     count = CRASH_USED if role == "crash" else SLOTS
@@ -169,7 +176,7 @@ def worker(role: str) -> None:
             permit.settle(output_tokens=20)
         else:
             held.append(permit)  # kept in flight until the process is killed
-    print(f"admitted={count}", flush=True)
+    report(f"admitted={count}")
     time.sleep(120)  # killed by the test long before
 
 
