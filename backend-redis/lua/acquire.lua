@@ -1,7 +1,8 @@
 -- Exact mode: reserve every limit of one shared scope, all or nothing.
 -- KEYS[1] state hash (GCRA theoretical arrival times, epoch)
 -- KEYS[2] concurrency slots (sorted set: slot id -> expiry, microseconds), named only
---         where the scope has a concurrency limit
+--         where the scope has a concurrency limit; its member 'open', of score +inf and
+--         never counted, keeps the key from vanishing with the last slot (see `take_slot`)
 -- ARGV[1] epoch this process saw last ("" if none)   ARGV[2] fresh epoch to write if state is missing
 -- ARGV[3] safe share fraction (0, 1]                   ARGV[4] slot id   ARGV[5] slot TTL (us)
 -- then per limit, 5 values: kind ("g" rate, "c" concurrency), field, a, b, cost
@@ -17,6 +18,14 @@ local epoch = redis.call('HGET', state, 'epoch')
 local reset = 0
 local n = (#ARGV - 5) / 5
 local function base(i) return 5 + (i - 1) * 5 end
+-- Redis deletes a sorted set with its last member. On a Cluster, a slot
+-- being migrated is served by either node only while it holds all of the
+-- keys a call names or none of them; a scope's state with no slots key
+-- beside it would be answered TRYAGAIN for the whole migration.
+local function take_slot(expiry, id)
+  redis.call('ZADD', slots, expiry, id)
+  redis.call('ZADD', slots, 'NX', '+inf', 'open')
+end
 if not epoch then
   epoch = ARGV[2]
   redis.call('HSET', state, 'epoch', epoch)
@@ -37,7 +46,7 @@ if not epoch then
         local capacity = tonumber(ARGV[b + 3])
         local free = math.max(1, math.floor(capacity * share))
         for k = 1, capacity - free do
-          redis.call('ZADD', slots, now + tonumber(ARGV[5]), 'restart:' .. epoch .. ':' .. k)
+          take_slot(now + tonumber(ARGV[5]), 'restart:' .. epoch .. ':' .. k)
         end
       end
     end
@@ -62,7 +71,7 @@ for i = 1, n do
     tats[i] = new_tat
   elseif cost > 0 then
     redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
-    if redis.call('ZCARD', slots) + cost > a then
+    if redis.call('ZCOUNT', slots, '-inf', '(+inf') + cost > a then
       return {0, i, -1, epoch, reset}
     end
   end
@@ -72,7 +81,7 @@ for i = 1, n do
   if ARGV[b + 1] == 'g' then
     redis.call('HSET', state, ARGV[b + 2], string.format('%.0f', tats[i]))
   elseif tonumber(ARGV[b + 5]) > 0 then
-    redis.call('ZADD', slots, now + tonumber(ARGV[5]), ARGV[4])
+    take_slot(now + tonumber(ARGV[5]), ARGV[4])
   end
 end
 return {1, epoch, reset}

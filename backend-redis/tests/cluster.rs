@@ -1,8 +1,9 @@
 //! A Redis Cluster of three private masters (`cluster = true`): shared
 //! scopes whose hash slots live on different nodes are each charged on
 //! their own node, exactly, in both modes; and a slot moved to another node
-//! while the governor runs is followed (`MOVED`), with its state; while it
-//! is being moved, the process is on its safe share.
+//! while the governor runs is followed through every step of its migration
+//! (served, `ASK`, `MOVED`), with its state; only while a scope's keys are
+//! split between the nodes is the process on its safe share.
 
 mod common;
 
@@ -93,14 +94,19 @@ impl SlotMove<'_> {
     /// Moves the slot's keys to `to` (MIGRATE): `from` answers ASK for
     /// them now, `to` serves them to a client that says ASKING.
     fn move_keys(&self) {
-        let mut source = self.cluster.connect(self.from);
         let mut keys = redis::cmd("CLUSTER");
         keys.arg("GETKEYSINSLOT").arg(self.slot).arg(100);
-        let keys: Vec<String> = keys.query(&mut source).unwrap();
+        let keys: Vec<String> = keys.query(&mut self.cluster.connect(self.from)).unwrap();
         assert!(!keys.is_empty(), "the scope's state is on node {}", self.from);
+        self.migrate(&keys);
+    }
+
+    /// Moves `keys` only, as a reshard moving a slot's keys in batches
+    /// may, between two batches.
+    fn migrate(&self, keys: &[String]) {
         let mut migrate = redis::cmd("MIGRATE");
-        migrate.arg("127.0.0.1").arg(self.cluster.nodes[self.to].port).arg("").arg(0).arg(5000).arg("KEYS").arg(&keys);
-        let () = migrate.query(&mut source).unwrap();
+        migrate.arg("127.0.0.1").arg(self.cluster.nodes[self.to].port).arg("").arg(0).arg(5000).arg("KEYS").arg(keys);
+        let () = migrate.query(&mut self.cluster.connect(self.from)).unwrap();
     }
 
     /// Gives the slot to `to` on every node: `from` answers MOVED.
@@ -116,6 +122,7 @@ impl SlotMove<'_> {
 /// scope (exact mode) whose slot a test moves.
 struct OneScope {
     cluster: PrivateCluster,
+    prefix: String,
     path: String,
     slot: u16,
     clock: Arc<ManualClock>,
@@ -134,7 +141,7 @@ impl OneScope {
         let clock = Arc::new(ManualClock::new(0));
         let governor = RedisGovernor::from_toml_with_clock(&text, clock.clone()).unwrap();
         let route = governor.route(paths).unwrap();
-        Some(OneScope { cluster, path, slot, clock, governor, route })
+        Some(OneScope { cluster, prefix, path, slot, clock, governor, route })
     }
 
     fn acquire(&self) -> llmgov_redis::Result<SharedPermit> {
@@ -204,31 +211,59 @@ fn a_scope_is_served_through_every_step_of_its_slots_migration() {
     one.assert_healthy();
 }
 
-/// A scope with concurrency whose slots key is gone (no slot held) while
-/// its state is still on the old node: the node answers TRYAGAIN (it cannot
-/// tell the slots were not moved already), which is not followed: the
+const WITH_CONCURRENCY: &str = r#"[{ dimension = "requests", amount = 8, window = "1h", algorithm = "token_bucket" },
+                                      { dimension = "concurrency", amount = 4 }]"#;
+
+/// Takes `count` through Redis, each settled at once: no slot stays held.
+fn take_and_settle(one: &OneScope, count: usize, step: &str) {
+    for _ in 0..count {
+        let mut permit = one.acquire().unwrap();
+        assert!(!permit.from_fallback(), "{step}: {:?}", one.governor.health());
+        one.governor.settle(&mut permit, Usage::new(1, 1)).unwrap();
+    }
+}
+
+/// A scope with concurrency and no slot held through every step of its
+/// slot's migration. Its slots key stays when its last slot goes (a member
+/// never counted keeps it), so a node holds both of the scope's keys or
+/// neither, and serves it or answers ASK. Before, the key vanished with the
+/// last slot, and both nodes answered TRYAGAIN (some keys there, some not)
+/// for the whole migration: the process was on its safe share.
+#[test]
+fn a_scope_with_concurrency_and_no_slot_held_is_served_through_its_slots_migration() {
+    let Some(one) = OneScope::start("no-slot-held", WITH_CONCURRENCY) else { return };
+    take_and_settle(&one, 2, "before");
+    let slot_move = one.slot_move();
+    slot_move.open();
+    take_and_settle(&one, 2, "migrating, the keys still on the old node");
+    slot_move.move_keys();
+    take_and_settle(&one, 2, "migrating, the keys on the new node (ASK)");
+    slot_move.assign();
+    take_and_settle(&one, 2, "moved (MOVED)");
+    assert!(one.acquire().is_err(), "the ninth of 8 an hour");
+    one.assert_healthy();
+}
+
+/// A reshard that moves a slot's keys in batches may move a scope's state
+/// and leave its slots key, until the next batch: the nodes answer
+/// TRYAGAIN, which is not followed (the client would have to sleep): the
 /// process is on its safe share until `retry_interval` after the slot has
 /// landed, and the admissions of that outage are charged to the moved state.
 #[test]
-fn a_scope_with_concurrency_is_the_safe_share_while_its_slot_migrates() {
-    let limits = r#"[{ dimension = "requests", amount = 8, window = "1h", algorithm = "token_bucket" },
-                     { dimension = "concurrency", amount = 4 }]"#;
-    let Some(one) = OneScope::start("tryagain", limits) else { return };
-    let settle = |permit: &mut SharedPermit| one.governor.settle(permit, Usage::new(1, 1)).unwrap();
-    for _ in 0..2 {
-        let mut permit = one.acquire().unwrap();
-        assert!(!permit.from_fallback());
-        settle(&mut permit);
-    }
+fn a_scope_whose_keys_are_split_by_its_slots_migration_is_the_safe_share_meanwhile() {
+    let Some(one) = OneScope::start("tryagain", WITH_CONCURRENCY) else { return };
+    take_and_settle(&one, 2, "before");
 
     let slot_move = one.slot_move();
     slot_move.open();
+    let state = format!("{{llmgov:{}:{}}}:state", one.prefix, one.path);
+    slot_move.migrate(&[state]);
     let mut during = one.acquire().unwrap();
     assert!(during.from_fallback(), "admitted from the safe share");
     let health = one.governor.health();
     let error = health.last_error.clone().unwrap_or_default();
     assert!(health.degraded && error.starts_with("TryAgain"), "{health:?}");
-    settle(&mut during);
+    one.governor.settle(&mut during, Usage::new(1, 1)).unwrap();
 
     slot_move.move_keys();
     slot_move.assign();
@@ -237,7 +272,7 @@ fn a_scope_with_concurrency_is_the_safe_share_while_its_slot_migrates() {
     let mut through_redis = 0;
     while let Ok(mut permit) = one.acquire() {
         assert!(!permit.from_fallback(), "{:?}", one.governor.health());
-        settle(&mut permit);
+        one.governor.settle(&mut permit, Usage::new(1, 1)).unwrap();
         through_redis += 1;
     }
     assert_eq!(through_redis, 5);
