@@ -148,7 +148,7 @@ impl ConnectionLike for Asking<'_> {
 }
 
 /// The PEM of `redis.tls_ca_file`, checked to hold a certificate, if set.
-fn root_certificate(settings: &Settings) -> Result<Option<Vec<u8>>> {
+pub(crate) fn root_certificate(settings: &Settings) -> Result<Option<Vec<u8>>> {
     let Some(path) = &settings.tls_ca_file else { return Ok(None) };
     let root_cert = std::fs::read(path).map_err(|e| Error::config("redis.tls_ca_file", path, e.to_string()))?;
     // A file with no certificate (DER, a key, the wrong file) would trust

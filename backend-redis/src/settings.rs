@@ -60,7 +60,7 @@ pub struct RedisConfig {
     /// the others from it) rather than the one server. Default false.
     #[serde(default)]
     pub cluster: bool,
-    /// The Sentinels watching the server, each `redis://[:password@]host:port`.
+    /// The Sentinels watching the server, each `redis[s]://[:password@]host:port`.
     /// `url`'s host is then the name of the master they monitor
     /// (`redis://:password@mymaster/0`), and each new connection goes to
     /// the master the first Sentinel to answer names. Default: none.
@@ -203,7 +203,7 @@ fn checked_url(url: Option<String>, tls_ca_file: Option<&str>) -> Result<String>
 }
 
 /// With `sentinels`, `url` names the master (by the name the Sentinels
-/// know it by) and the Sentinels are plain `redis://` servers.
+/// know it by), and each is a `redis://` or `rediss://` server.
 fn check_sentinels(sentinels: &[String], cluster: bool, url: &str) -> Result<()> {
     if sentinels.is_empty() {
         return Ok(());
@@ -215,19 +215,20 @@ fn check_sentinels(sentinels: &[String], cluster: bool, url: &str) -> Result<()>
             "a Redis Cluster is found through its nodes, not Sentinel: set `cluster` or `sentinels`, not both",
         ));
     }
-    if !url.starts_with("redis://") {
+    let over_tcp = |url: &str| url.starts_with("redis://") || url.starts_with("rediss://");
+    if !over_tcp(url) {
         return Err(Error::config(
             "redis.url",
             redact(url),
-            "with `sentinels`, the url is redis://[user:password@]<master name>[/db] (TLS behind Sentinel is not supported yet)",
+            "with `sentinels`, the url is redis[s]://[user:password@]<master name>[/db]",
         ));
     }
     for (i, sentinel) in sentinels.iter().enumerate() {
-        if !sentinel.starts_with("redis://") {
+        if !over_tcp(sentinel) {
             return Err(Error::config(
                 format!("redis.sentinels[{i}]"),
                 redact(sentinel),
-                "a Sentinel is reached at redis://[:password@]host:port (TLS is not supported yet)",
+                "a Sentinel is reached at redis[s]://[:password@]host:port",
             ));
         }
     }

@@ -95,8 +95,8 @@ fn cluster_settings_name_the_field_and_value() {
     }
 }
 
-/// Behind Sentinel, `url` names the master over plain TCP, the Sentinels
-/// are `redis://` servers, and a Cluster is not also behind Sentinel: each
+/// Behind Sentinel, `url` names the master over TCP, the Sentinels are
+/// `redis://` or `rediss://` servers, and a Cluster is not also behind Sentinel: each
 /// named with the value as written (a password shown as `***`).
 #[test]
 fn sentinel_settings_name_the_field_and_value() {
@@ -114,12 +114,11 @@ fn sentinel_settings_name_the_field_and_value() {
             "unix:///run/redis.sock",
             "master name",
         ),
-        (format!("url = \"rediss://m\"\n{sentinels}"), "redis.url", "rediss://m", "TLS"),
         (
-            "url = \"redis://m\"\nsentinels = [\"redis://s:1\", \"rediss://:pw@s:2\"]".into(),
+            "url = \"redis://m\"\nsentinels = [\"redis://s:1\", \"http://:pw@s:2\"]".into(),
             "redis.sentinels[1]",
-            "rediss://***@s:2",
-            "TLS",
+            "http://***@s:2",
+            "redis[s]://",
         ),
         (
             "url = \"redis://m\"\nsentinels = [\"redis://s:port\"]".into(),

@@ -5,31 +5,17 @@
 
 mod common;
 
-use common::sentinel::{is_master, keys_on, PrivateSentinel, MASTER};
-use common::{fresh_prefix, TIMEOUT};
+use common::sentinel::{sentinel_config, PrivateSentinel, MASTER};
 use llmgov::Usage;
 use llmgov_redis::{RedisGovernor, SharedPermit, SharedRoute};
 
 /// A governor on `sentinel`'s master, with one shared scope of `n`
-/// requests an hour, exact mode.
+/// requests an hour, exact mode; the first Sentinel listed refuses
+/// connections (nothing listens on port 1).
 fn governor(sentinel: &PrivateSentinel, test: &str, n: u64) -> (RedisGovernor, SharedRoute) {
-    let text = format!(
-        r#"
-        [scopes."team"]
-        limits = [{{ dimension = "requests", amount = {n}, window = "1h", algorithm = "token_bucket" }}]
-        [redis]
-        url = "redis://{MASTER}"
-        sentinels = ["redis://127.0.0.1:1", "{}"]
-        prefix = "{}"
-        expected_processes = 2
-        timeout = "{TIMEOUT}"
-        [redis.scopes."team"]
-        mode = "exact"
-        "#,
-        sentinel.url(),
-        fresh_prefix(test),
-    );
-    let governor = RedisGovernor::from_toml(&text).unwrap();
+    let sentinels = ["redis://127.0.0.1:1".to_owned(), sentinel.url()];
+    let governor = RedisGovernor::from_toml(&sentinel_config(&format!("redis://{MASTER}"), &sentinels, "", test, n));
+    let governor = governor.unwrap();
     let route = governor.route(&["team"]).unwrap();
     (governor, route)
 }
@@ -52,7 +38,7 @@ fn the_master_a_sentinel_names_admits_exactly_the_limit() {
     assert!(matches!(refused, llmgov_redis::Error::RateLimited { .. }), "{refused:?}");
     let health = governor.health();
     assert!(!health.degraded && health.redis_errors == 0, "{health:?}");
-    assert!(keys_on(&sentinel.master) > 0, "the state is on the master");
+    assert!(sentinel.keys_on(&sentinel.master) > 0, "the state is on the master");
 }
 
 /// After the Sentinel promotes the replica and demotes the master (closing
@@ -75,5 +61,5 @@ fn a_failover_is_followed_to_the_promoted_replica() {
     assert_eq!(through_redis, 5);
     let health = governor.health();
     assert!(!health.degraded && health.redis_errors == 0 && health.state_resets == 0, "{health:?}");
-    assert!(is_master(&sentinel.replica), "the promoted replica serves");
+    assert!(sentinel.is_master(&sentinel.replica), "the promoted replica serves");
 }

@@ -1,5 +1,5 @@
-//! `rediss://` against a redis-server serving TLS only, with a CA made for
-//! the test by openssl. Built and run with `--features tls` (make test-redis
+//! `rediss://` against redis-servers serving TLS only (one, a Cluster, and
+//! a master, replica and Sentinel), with a CA made for the test by openssl. Built and run with `--features tls` (make test-redis
 //! does); without the feature this file compiles to nothing.
 
 #![cfg(feature = "tls")]
@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::cluster::{cluster_config, requests_an_hour, PrivateCluster};
+use common::sentinel::{sentinel_config, PrivateSentinel, MASTER};
 use common::{fresh_prefix, Listen, PrivateRedis, TIMEOUT};
 use llmgov::Usage;
 use llmgov_redis::{RedisGovernor, SharedRoute};
@@ -106,6 +107,15 @@ fn server_tls(dir: &Path) -> (Vec<String>, String) {
     (args, ca)
 }
 
+/// The test's own TLS client of a server on a port, trusting the CA at `ca`.
+fn tls_client(ca: &str) -> impl Fn(u16) -> redis::Client + 'static {
+    let root_cert = std::fs::read(ca).unwrap();
+    move |port| {
+        let certificates = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert.clone()) };
+        redis::Client::build_with_tls(format!("rediss://127.0.0.1:{port}"), certificates).unwrap()
+    }
+}
+
 /// Five requests of a limit of 5 admitted through Redis, the sixth refused
 /// by it, and no Redis error.
 fn five_then_refused(gov: &RedisGovernor, route: &SharedRoute) {
@@ -130,11 +140,7 @@ fn a_cluster_over_tls_admits_on_the_node_of_each_scope() {
     let (mut tls, ca) = server_tls(&dir);
     tls.extend(["--tls-cluster".to_owned(), "yes".to_owned()]);
     let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
-    let root_cert = std::fs::read(&ca).unwrap();
-    let client = move |port: u16| {
-        let certificates = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert.clone()) };
-        redis::Client::build_with_tls(format!("rediss://127.0.0.1:{port}"), certificates).unwrap()
-    };
+    let client = tls_client(&ca);
     let Some(cluster) = PrivateCluster::start("tls-cluster", Listen::TlsOnly, &tls, client) else { return };
     let prefix = fresh_prefix("tls-cluster");
     let paths = cluster.one_scope_per_node(&prefix);
@@ -150,6 +156,46 @@ fn a_cluster_over_tls_admits_on_the_node_of_each_scope() {
     .unwrap();
     five_then_refused(&gov, &gov.route(&paths).unwrap());
     drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Redis behind Sentinel, all over TLS: master, replica (replicating over
+/// TLS) and Sentinel serve TLS only. The governor asks the Sentinel over
+/// TLS and reaches the master it names over TLS, verified against the
+/// private CA; after a failover, the promoted replica the same way: 3 of 8
+/// before, 5 after, each through Redis.
+#[test]
+fn sentinel_and_master_over_tls_are_followed_through_a_failover() {
+    let dir = std::env::temp_dir().join(fresh_prefix("tls-sentinel"));
+    if !certificates(&dir) {
+        return;
+    }
+    let (mut tls, ca) = server_tls(&dir);
+    tls.extend(["--tls-replication".to_owned(), "yes".to_owned()]);
+    let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
+    let client = tls_client(&ca);
+    let Some(sentinel) = PrivateSentinel::start_with("tls-sentinel", Listen::TlsOnly, &tls, client) else { return };
+    let ca_line = format!("tls_ca_file = \"{ca}\"");
+    let text = sentinel_config(&format!("rediss://{MASTER}"), &[sentinel.url()], &ca_line, "tls-sentinel", 8);
+    let gov = RedisGovernor::from_toml(&text).unwrap();
+    let route = gov.route(&["team"]).unwrap();
+    let through_redis = |until: usize| {
+        let mut admitted = 0;
+        while admitted < until {
+            let Ok(permit) = gov.try_acquire(&route, Usage::new(1, 1)) else { break };
+            assert!(!permit.from_fallback(), "{:?}", gov.health());
+            admitted += 1;
+        }
+        admitted
+    };
+    assert_eq!(through_redis(3), 3);
+    assert!(sentinel.keys_on(&sentinel.master) > 0, "the state is on the master");
+    sentinel.fail_over();
+    assert_eq!(through_redis(usize::MAX), 5, "the 3 taken were replicated");
+    let health = gov.health();
+    assert!(!health.degraded && health.redis_errors == 0 && health.state_resets == 0, "{health:?}");
+    assert!(sentinel.is_master(&sentinel.replica), "the promoted replica serves");
+    drop(sentinel);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
