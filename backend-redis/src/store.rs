@@ -23,6 +23,9 @@ const IDLE_LIMIT_NS: u64 = 30_000_000_000;
 /// slot map, `ASK` to a slot's importing node): a slot may move again
 /// meanwhile.
 const MAX_REDIRECTS: usize = 3;
+/// The first pause before a call a Cluster node answered `TRYAGAIN` runs
+/// again: a reshard moves a slot's next batch of keys in about that.
+const FIRST_TRYAGAIN_PAUSE: Duration = Duration::from_millis(1);
 
 /// What the acquire script answered.
 #[derive(Debug, Clone, PartialEq)]
@@ -134,7 +137,11 @@ impl Store {
     /// moved since the pool's slot map was read) ran nothing: the call runs
     /// again on a new connection, which reads the map afresh. Nor did its
     /// `ASK` (the slot is migrating, and the keys are on the importing node
-    /// already): the call runs again there, after `ASKING`.
+    /// already): the call runs again there, after `ASKING`. Nor did its
+    /// `TRYAGAIN` (the slot is migrating, and the call's keys are split
+    /// between the nodes until the reshard's next batch moves the rest): the
+    /// call runs again after a pause, doubling from 1 ms, as long as the
+    /// pauses add up to no more than `timeout`.
     fn with<T>(
         &self,
         call: &dyn Fn(&mut dyn ConnectionLike) -> RedisResult<T>,
@@ -156,29 +163,56 @@ impl Store {
             result = again(link.as_connection());
             redirected = again;
         }
-        for _ in 0..MAX_REDIRECTS {
+        let result = self.follow_redirects(&mut link, result, redirected);
+        if result.is_ok() {
+            let mut idle = self.idle.lock();
+            if idle.len() < MAX_IDLE {
+                idle.push((link, self.clock.now()));
+            }
+        }
+        result
+    }
+
+    /// [`Self::with`]'s answers to a Cluster's `TRYAGAIN`, `MOVED` and
+    /// `ASK`, each of which ran nothing: `redirected` runs again.
+    fn follow_redirects<T>(
+        &self,
+        link: &mut Link,
+        mut result: RedisResult<T>,
+        redirected: &dyn Fn(&mut dyn ConnectionLike) -> RedisResult<T>,
+    ) -> RedisResult<T> {
+        let mut redirects = 0;
+        let mut pause = FIRST_TRYAGAIN_PAUSE;
+        let mut paused = Duration::ZERO;
+        while redirects < MAX_REDIRECTS {
             let Err(error) = &result else { break };
             match error.kind() {
+                // Real time, as the socket timeouts are: this waits on
+                // Redis, not on the governor's clock.
+                ErrorKind::Server(ServerErrorKind::TryAgain) if paused + pause <= self.timeout => {
+                    std::thread::sleep(pause);
+                    paused += pause;
+                    pause *= 2;
+                    self.calls.fetch_add(1, Ordering::Relaxed);
+                    result = redirected(link.as_connection());
+                    continue;
+                }
                 ErrorKind::Server(ServerErrorKind::Moved) => {
+                    redirects += 1;
                     // The pooled links hold the same stale map.
                     self.drop_idle();
                     self.calls.fetch_add(1, Ordering::Relaxed);
-                    link = self.server.connect(self.timeout)?;
+                    *link = self.server.connect(self.timeout)?;
                     result = redirected(link.as_connection());
                 }
                 ErrorKind::Server(ServerErrorKind::Ask) => {
                     let node = error.redirect_node().map(|(node, _slot)| node.to_owned());
                     let Some(mut asking) = node.as_deref().and_then(|node| link.asking(node)) else { break };
+                    redirects += 1;
                     self.calls.fetch_add(1, Ordering::Relaxed);
                     result = redirected(&mut asking);
                 }
                 _ => break,
-            }
-        }
-        if result.is_ok() {
-            let mut idle = self.idle.lock();
-            if idle.len() < MAX_IDLE {
-                idle.push((link, self.clock.now()));
             }
         }
         result

@@ -2,8 +2,9 @@
 //! scopes whose hash slots live on different nodes are each charged on
 //! their own node, exactly, in both modes; and a slot moved to another node
 //! while the governor runs is followed through every step of its migration
-//! (served, `ASK`, `MOVED`), with its state; only while a scope's keys are
-//! split between the nodes is the process on its safe share.
+//! (served, `ASK`, `MOVED`), with its state; a scope's keys split between
+//! the nodes (`TRYAGAIN`) are waited out within `timeout`, and only a split
+//! that outlasts it puts the process on its safe share.
 
 mod common;
 
@@ -109,6 +110,21 @@ impl SlotMove<'_> {
         let () = migrate.query(&mut self.cluster.connect(self.from)).unwrap();
     }
 
+    /// Waits until `from` has answered a call `TRYAGAIN` (its error
+    /// counts, in `INFO errorstats`): it runs on its own clock, not the test's.
+    fn await_tryagain(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let stats: String =
+                redis::cmd("INFO").arg("errorstats").query(&mut self.cluster.connect(self.from)).unwrap();
+            if stats.contains("errorstat_TRYAGAIN") {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "node {} answered no TRYAGAIN", self.from);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Gives the slot to `to` on every node: `from` answers MOVED.
     fn assign(&self) {
         let target = self.id(self.to);
@@ -152,6 +168,10 @@ impl OneScope {
     fn slot_move(&self) -> SlotMove<'_> {
         let from = self.cluster.first_owner(self.slot);
         SlotMove { cluster: &self.cluster, slot: self.slot, from, to: (from + 1) % 3 }
+    }
+
+    fn state_key(&self) -> String {
+        format!("{{llmgov:{}:{}}}:state", self.prefix, self.path)
     }
 
     fn assert_healthy(&self) {
@@ -246,9 +266,9 @@ fn a_scope_with_concurrency_and_no_slot_held_is_served_through_its_slots_migrati
 
 /// A reshard that moves a slot's keys in batches may move a scope's state
 /// and leave its slots key, until the next batch: the nodes answer
-/// TRYAGAIN, which is not followed (the client would have to sleep): the
-/// process is on its safe share until `retry_interval` after the slot has
-/// landed, and the admissions of that outage are charged to the moved state.
+/// TRYAGAIN. Split past the pauses the call waits (`timeout`), the process
+/// is on its safe share until `retry_interval` after the slot has landed,
+/// and the admissions of that outage are charged to the moved state.
 #[test]
 fn a_scope_whose_keys_are_split_by_its_slots_migration_is_the_safe_share_meanwhile() {
     let Some(one) = OneScope::start("tryagain", WITH_CONCURRENCY) else { return };
@@ -256,8 +276,7 @@ fn a_scope_whose_keys_are_split_by_its_slots_migration_is_the_safe_share_meanwhi
 
     let slot_move = one.slot_move();
     slot_move.open();
-    let state = format!("{{llmgov:{}:{}}}:state", one.prefix, one.path);
-    slot_move.migrate(&[state]);
+    slot_move.migrate(&[one.state_key()]);
     let mut during = one.acquire().unwrap();
     assert!(during.from_fallback(), "admitted from the safe share");
     let health = one.governor.health();
@@ -278,4 +297,27 @@ fn a_scope_whose_keys_are_split_by_its_slots_migration_is_the_safe_share_meanwhi
     assert_eq!(through_redis, 5);
     let health = one.governor.health();
     assert!(!health.degraded && health.state_resets == 0, "{health:?}");
+}
+
+/// The reshard's next batch lands while the call pauses on TRYAGAIN: the
+/// call, run again, finds both keys moved (ASK) and is served on Redis.
+/// Before, the first TRYAGAIN sent the process to its safe share.
+#[test]
+fn a_split_that_ends_within_the_timeout_is_waited_out_on_redis() {
+    let Some(one) = OneScope::start("tryagain-waited", WITH_CONCURRENCY) else { return };
+    take_and_settle(&one, 2, "before");
+    let slot_move = one.slot_move();
+    slot_move.open();
+    slot_move.migrate(&[one.state_key()]);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            slot_move.await_tryagain();
+            slot_move.move_keys();
+        });
+        take_and_settle(&one, 1, "the keys split, then moved together");
+    });
+    slot_move.assign();
+    take_and_settle(&one, 5, "moved (MOVED)");
+    assert!(one.acquire().is_err(), "the ninth of 8 an hour");
+    one.assert_healthy();
 }

@@ -108,7 +108,7 @@ fn server_tls(dir: &Path) -> (Vec<String>, String) {
 }
 
 /// The test's own TLS client of a server on a port, trusting the CA at `ca`.
-fn tls_client(ca: &str) -> impl Fn(u16) -> redis::Client + 'static {
+fn tls_client(ca: &str) -> impl Fn(u16) -> redis::Client + Send + Sync + 'static {
     let root_cert = std::fs::read(ca).unwrap();
     move |port| {
         let certificates = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert.clone()) };

@@ -17,7 +17,7 @@ pub struct PrivateCluster {
     /// Each node's cluster bus port, which CLUSTER MEET names.
     bus_ports: Vec<u16>,
     /// A client of one node, by port (plain or TLS, as the nodes serve).
-    client: Box<dyn Fn(u16) -> redis::Client>,
+    client: Box<dyn Fn(u16) -> redis::Client + Send + Sync>,
     /// Each node's `nodes.conf`, removed on drop.
     config_files: Vec<PathBuf>,
 }
@@ -30,7 +30,7 @@ impl PrivateCluster {
         test: &str,
         listen: Listen,
         args: &[&str],
-        client: impl Fn(u16) -> redis::Client + 'static,
+        client: impl Fn(u16) -> redis::Client + Send + Sync + 'static,
     ) -> Option<Self> {
         let mut cluster = PrivateCluster {
             nodes: Vec::new(),

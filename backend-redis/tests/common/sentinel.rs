@@ -20,7 +20,7 @@ pub struct PrivateSentinel {
     pub port: u16,
     listen: Listen,
     /// A client of the server on a port (the test's own checks).
-    client: Box<dyn Fn(u16) -> redis::Client>,
+    client: Box<dyn Fn(u16) -> redis::Client + Send + Sync>,
     child: Child,
     /// The Sentinel's config (which it rewrites) and the servers' RDB
     /// files, removed on drop.
@@ -44,7 +44,7 @@ impl PrivateSentinel {
         test: &str,
         listen: Listen,
         args: &[&str],
-        client: impl Fn(u16) -> redis::Client + 'static,
+        client: impl Fn(u16) -> redis::Client + Send + Sync + 'static,
     ) -> Option<Self> {
         // A replica loads its master's data through an RDB file: one of its
         // own (the demoted master becomes a replica too), in the temporary
